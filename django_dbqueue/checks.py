@@ -1,0 +1,200 @@
+"""System checks for the ``DBQUEUE`` settings and the database behind the queue.
+
+Ids: ``dbqueue.E001``-``E010`` are errors, ``dbqueue.W001``-``W002`` warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import connections, router
+
+from django_dbqueue import conf
+from django_dbqueue.tasks import QUEUE_NAME_PATTERN
+
+SUPPORTED_VENDORS = ("postgresql", "sqlite")
+#: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
+SQLITE_MINIMUM = (3, 35, 0)
+NUMBERS = (
+    "LEASE_SECONDS",
+    "RETRY_BASE",
+    "RETRY_FACTOR",
+    "RETRY_CAP",
+    "POLL_INTERVAL",
+    "REAPER_INTERVAL",
+)
+CHANNEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@register()
+def check_settings(**_: Any) -> list[CheckMessage]:
+    """The shape of ``DBQUEUE``: keys, types and ranges."""
+    raw = getattr(settings, "DBQUEUE", {})
+    if not isinstance(raw, dict):
+        return [Error("DBQUEUE must be a dict.", hint="Write DBQUEUE = {...}.", id="dbqueue.E001")]
+    messages: list[CheckMessage] = []
+    unknown = sorted(set(raw) - set(conf.DEFAULTS))
+    if unknown:
+        messages.append(
+            Warning(
+                f"DBQUEUE has unknown keys {unknown}; they are ignored.",
+                hint=f"Known keys: {', '.join(conf.DEFAULTS)}.",
+                id="dbqueue.W002",
+            )
+        )
+    merged = {**conf.DEFAULTS, **raw}
+    if merged["DATABASE"] not in settings.DATABASES:
+        messages.append(
+            Error(
+                f"DBQUEUE['DATABASE'] is {merged['DATABASE']!r}, which is not in DATABASES.",
+                hint=f"Use one of {sorted(settings.DATABASES)}.",
+                id="dbqueue.E002",
+            )
+        )
+    messages += _check_queues(merged["QUEUES"], merged["DEFAULT_QUEUE"])
+    max_attempts = merged["MAX_ATTEMPTS"]
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        messages.append(
+            Error(
+                f"DBQUEUE['MAX_ATTEMPTS'] is {max_attempts!r}; "
+                "it must be a whole number of 1 or more.",
+                hint="The default is 5.",
+                id="dbqueue.E004",
+            )
+        )
+    for key in NUMBERS:
+        if not _is_number(merged[key]) or merged[key] <= 0:
+            messages.append(
+                Error(
+                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a number of seconds above 0.",
+                    hint=f"The default is {conf.DEFAULTS[key]}.",
+                    id="dbqueue.E005",
+                )
+            )
+    if _is_number(merged["RETRY_FACTOR"]) and 0 < merged["RETRY_FACTOR"] < 1:
+        messages.append(
+            Error(
+                "DBQUEUE['RETRY_FACTOR'] is below 1, so retry delays would shrink.",
+                hint="Use 1 (constant delay) or more.",
+                id="dbqueue.E006",
+            )
+        )
+    for key in ("SUCCEEDED_RETENTION", "DEAD_RETENTION"):
+        value = merged[key]
+        if value is not None and not (isinstance(value, timedelta) and value > timedelta(0)):
+            messages.append(
+                Error(
+                    f"DBQUEUE[{key!r}] is {value!r}; "
+                    "it must be a positive timedelta or None (keep).",
+                    hint=f"For example timedelta(days=7). The default is {conf.DEFAULTS[key]!r}.",
+                    id="dbqueue.E007",
+                )
+            )
+    channel = merged["NOTIFY_CHANNEL"]
+    if not isinstance(channel, str) or not re.fullmatch(CHANNEL_PATTERN, channel):
+        messages.append(
+            Error(
+                f"DBQUEUE['NOTIFY_CHANNEL'] is {channel!r}; it must be a PostgreSQL identifier.",
+                hint="Use up to 63 letters, digits and '_', not starting with a digit.",
+                id="dbqueue.E008",
+            )
+        )
+    return messages
+
+
+def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    valid = isinstance(queues, list) and all(
+        isinstance(name, str) and re.fullmatch(QUEUE_NAME_PATTERN, name) for name in queues
+    )
+    if queues is not None and not (valid and queues):
+        messages.append(
+            Error(
+                f"DBQUEUE['QUEUES'] is {queues!r}; it must be None (any queue) or a non-empty "
+                "list of queue names.",
+                hint="A queue name is 1-100 letters, digits, '_', '-' or '.'.",
+                id="dbqueue.E003",
+            )
+        )
+    if not isinstance(default_queue, str) or not re.fullmatch(QUEUE_NAME_PATTERN, default_queue):
+        messages.append(
+            Error(
+                f"DBQUEUE['DEFAULT_QUEUE'] is {default_queue!r}, which is not a valid queue name.",
+                hint="A queue name is 1-100 letters, digits, '_', '-' or '.'.",
+                id="dbqueue.E003",
+            )
+        )
+    elif valid and isinstance(queues, list) and queues and default_queue not in queues:
+        messages.append(
+            Error(
+                f"DBQUEUE['DEFAULT_QUEUE'] {default_queue!r} is not in DBQUEUE['QUEUES'] {queues}.",
+                hint="Add it to QUEUES or pick one of them as DEFAULT_QUEUE.",
+                id="dbqueue.E003",
+            )
+        )
+    return messages
+
+
+@register(deploy=False)
+def check_database(databases: Any = None, **_: Any) -> list[CheckMessage]:
+    """The queue's database is one we support, and business data saves there too."""
+    alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
+    if alias not in settings.DATABASES:
+        return []  # Reported by check_settings.
+    connection = connections[alias]
+    messages: list[CheckMessage] = []
+    if connection.vendor not in SUPPORTED_VENDORS:
+        messages.append(
+            Error(
+                f"DBQUEUE['DATABASE'] {alias!r} uses {connection.vendor!r}, which django_dbqueue "
+                "does not support.",
+                hint=f"Point DBQUEUE['DATABASE'] at {' or '.join(SUPPORTED_VENDORS)}.",
+                id="dbqueue.E009",
+            )
+        )
+    elif connection.vendor == "sqlite":
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < SQLITE_MINIMUM:
+            messages.append(
+                Error(
+                    f"SQLite {sqlite3.sqlite_version} is too old: django_dbqueue needs "
+                    "3.35 or newer (UPDATE ... RETURNING).",
+                    hint="Use a Python built with a newer SQLite, or PostgreSQL.",
+                    id="dbqueue.E010",
+                )
+            )
+    messages += _check_business_alias(alias)
+    return messages
+
+
+def _check_business_alias(alias: str) -> list[CheckMessage]:
+    elsewhere = sorted(
+        model._meta.label
+        for model in apps.get_models()
+        if model._meta.app_label not in ("django_dbqueue", "contenttypes")
+        and router.db_for_write(model) != alias
+    )
+    if not elsewhere:
+        return []
+    shown = ", ".join(elsewhere[:3]) + (" ..." if len(elsewhere) > 3 else "")
+    return [
+        Warning(
+            f"DBQUEUE['DATABASE'] is {alias!r} but {shown} save on another database, so "
+            "enqueue() cannot share their transaction.",
+            hint=(
+                "Set DBQUEUE['DATABASE'] to the alias those models save on, "
+                f"or route them to {alias!r}."
+            ),
+            id="dbqueue.W001",
+        )
+    ]

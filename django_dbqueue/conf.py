@@ -1,0 +1,67 @@
+"""The ``DBQUEUE`` settings: typed, defaulted, and read at call time.
+
+Nothing is cached, so ``override_settings`` and per-test settings apply at
+once. Validation lives in ``checks.py``; this module only supplies defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+from django_dbqueue.retry import Backoff
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "QUEUES": None,
+    "DEFAULT_QUEUE": "default",
+    "MAX_ATTEMPTS": 5,
+    "LEASE_SECONDS": 60,
+    "RETRY_BASE": 2,
+    "RETRY_FACTOR": 2,
+    "RETRY_CAP": 3600,
+    "POLL_INTERVAL": 5,
+    "REAPER_INTERVAL": 5,
+    "SUCCEEDED_RETENTION": timedelta(days=1),
+    "DEAD_RETENTION": None,
+    "NOTIFY_CHANNEL": "dbqueue",
+}
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The effective ``DBQUEUE`` settings, defaults filled in."""
+
+    database: str
+    queues: list[str] | None
+    default_queue: str
+    max_attempts: int
+    lease_seconds: float
+    retry_base: float
+    retry_factor: float
+    retry_cap: float
+    poll_interval: float
+    reaper_interval: float
+    succeeded_retention: timedelta | None
+    dead_retention: timedelta | None
+    notify_channel: str
+
+    @property
+    def backoff(self) -> Backoff:
+        """The retry policy for jobs whose task does not set its own."""
+        return Backoff(base=self.retry_base, factor=self.retry_factor, cap=self.retry_cap)
+
+
+def user_settings() -> dict[str, Any]:
+    """The ``DBQUEUE`` dict exactly as the project wrote it (empty when absent)."""
+    value = getattr(settings, "DBQUEUE", None)
+    return value if isinstance(value, dict) else {}
+
+
+def get() -> QueueSettings:
+    """The effective settings now. Assumes the system checks passed."""
+    merged = {**DEFAULTS, **user_settings()}
+    return QueueSettings(**{key.lower(): merged[key] for key in DEFAULTS})

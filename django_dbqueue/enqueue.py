@@ -1,0 +1,256 @@
+"""Writing jobs: validation first, then one INSERT in the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.db import connections, models, transaction
+from django.db.models.signals import post_save
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from django_dbqueue import conf, signals, sql
+from django_dbqueue.exceptions import DbQueueError, InvalidJob
+from django_dbqueue.models import Job, JobState
+from django_dbqueue.tasks import EnqueueOptions, Task, check_int, check_queue_name
+
+Call = tuple[Sequence[Any], dict[str, Any]]
+
+#: How often an enqueue with a dedupe key re-tries when the active job it
+#: collided with finished before it could be read back.
+DEDUPE_TRIES = 3
+
+
+def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) -> list[Job]:
+    """Validate, then insert one job per call in one statement; jobs in input order.
+
+    Runs in the caller's transaction on the queue's database, if any. Raises
+    ``InvalidJob`` before writing anything when an argument or option is bad.
+    """
+    if not calls:
+        return []
+    settings_now = conf.get()
+    check_importable(task)
+    params = {
+        **job_options(task, options, settings_now),
+        "rows": encode_calls(task, calls),
+        "channel": settings_now.notify_channel,
+    }
+    connection = connections[settings_now.database]
+    for _ in range(DEDUPE_TRIES):
+        # Ids grow in input order; RETURNING order is not promised everywhere.
+        rows = sorted(sql.run(connection, "insert_jobs", params))
+        if rows:
+            jobs = [
+                built_job(connection.alias, params, call, row)
+                for call, row in zip(calls, rows, strict=True)
+            ]
+            announce(connection.alias, params["queue"], [job.pk for job in jobs])
+            return jobs
+        existing = (
+            Job.objects.using(connection.alias)
+            .active()
+            .filter(task=task.name, dedupe_key=params["dedupe_key"])
+            .first()
+        )
+        if existing is not None:
+            existing.deduplicated = True
+            return [existing]
+    raise DbQueueError(
+        f"{task.name}: the active job holding dedupe_key {params['dedupe_key']!r} kept "
+        "changing while enqueueing; try again."
+    )
+
+
+def check_importable(task: Task[..., Any]) -> None:
+    """Workers import tasks by name: refuse one they could not find."""
+    try:
+        found = import_string(task.name)
+    except ImportError:
+        found = None
+    if found is not task:
+        raise InvalidJob(
+            f"Task {task.name} cannot be imported by that name, so no worker could run it. "
+            "Define tasks with @task at module level."
+        )
+
+
+def job_options(
+    task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings
+) -> dict[str, Any]:
+    """The validated column values every job of this call shares."""
+    queue = check_queue_name(options.queue or task.options.queue or cfg.default_queue)
+    if cfg.queues is not None and queue not in cfg.queues:
+        raise InvalidJob(
+            f"Queue {queue!r} is not in DBQUEUE['QUEUES'] {cfg.queues}, so no worker would "
+            "claim it. Add it there or enqueue on one of those queues."
+        )
+    priority = options.priority if options.priority is not None else task.options.priority
+    subject_type_id, subject_id = subject_columns(options.subject)
+    run_at, delay = schedule(options)
+    return {
+        "queue": queue,
+        "task": task.name,
+        "priority": check_int("priority", priority, -(2**31)),
+        "run_at": run_at,
+        "delay": delay,
+        "max_attempts": task.options.max_attempts or cfg.max_attempts,
+        "lease_seconds": task.options.lease or cfg.lease_seconds,
+        "dedupe_key": dedupe_key(options.dedupe_key),
+        "subject_type_id": subject_type_id,
+        "subject_id": subject_id,
+        "backend": None,
+    }
+
+
+def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
+    """``(run_at, delay_seconds)``: an explicit time, or a delay from the database clock."""
+    if options.run_at is not None and options.delay is not None:
+        raise InvalidJob("Pass either run_at or delay, not both.")
+    if options.run_at is not None:
+        if not isinstance(options.run_at, datetime):
+            raise InvalidJob(f"run_at must be a datetime, not {options.run_at!r}.")
+        if settings.USE_TZ and timezone.is_naive(options.run_at):
+            raise InvalidJob(
+                f"run_at {options.run_at!r} is naive but USE_TZ is on. "
+                "Pass an aware datetime, e.g. timezone.now() + timedelta(...)."
+            )
+        if not settings.USE_TZ and timezone.is_aware(options.run_at):
+            raise InvalidJob(
+                f"run_at {options.run_at!r} is aware but USE_TZ is off; pass it naive."
+            )
+        return options.run_at, 0.0
+    delay = options.delay or 0
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise InvalidJob(
+            f"delay must be seconds (int or float) or a timedelta, 0 or more; not {delay!r}."
+        )
+    return None, float(seconds)
+
+
+def dedupe_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not 1 <= len(key) <= 255:
+        raise InvalidJob(f"dedupe_key must be a string of 1-255 characters, not {key!r}.")
+    return key
+
+
+def subject_columns(subject: models.Model | None) -> tuple[int | None, str | None]:
+    """``(content type id, primary key)`` of the business object behind the job."""
+    if subject is None:
+        return None, None
+    if not isinstance(subject, models.Model) or subject.pk is None:
+        raise InvalidJob(f"subject must be a saved model instance, not {subject!r}.")
+    content_type = ContentType.objects.get_for_model(subject, for_concrete_model=False)
+    return content_type.pk, str(subject.pk)
+
+
+def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
+    """The calls as one JSON array of ``{"args", "kwargs"}``; refuses what cannot bind or encode."""
+    encoded = []
+    for position, (args, kwargs) in enumerate(calls):
+        where = f"{task.name} (call {position})" if len(calls) > 1 else task.name
+        try:
+            task.bind(args, kwargs)
+        except TypeError as exc:
+            raise InvalidJob(f"{where}: the arguments do not fit the function: {exc}.") from exc
+        encoded.append(encode_call(where, list(args), kwargs))
+    return "[" + ",".join(encoded) + "]"
+
+
+def encode_call(where: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    try:
+        return json.dumps({"args": args, "kwargs": kwargs}, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        named = [(f"argument {i}", value) for i, value in enumerate(args)]
+        named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
+        culprit = next((label for label, value in named if not is_json(value)), "an argument")
+        raise InvalidJob(
+            f"{where}: {culprit} is not JSON-serializable ({exc}). Pass JSON values "
+            "(str, int, float, bool, None, list, dict), such as an id instead of an object."
+        ) from exc
+
+
+def is_json(value: object) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def built_job(alias: str, params: dict[str, Any], call: Call, row: tuple[Any, ...]) -> Job:
+    """The ``Job`` instance for an inserted row, without reading it back."""
+    args, kwargs = call
+    job = Job(
+        id=row[0],
+        created_at=sql.to_datetime(row[1]),
+        run_at=sql.to_datetime(row[2]),
+        queue=params["queue"],
+        task=params["task"],
+        args=list(args),
+        kwargs=dict(kwargs),
+        state=JobState.READY,
+        priority=params["priority"],
+        max_attempts=params["max_attempts"],
+        lease_seconds=params["lease_seconds"],
+        dedupe_key=params["dedupe_key"],
+        subject_type_id=params["subject_type_id"],
+        subject_id=params["subject_id"],
+    )
+    job._state.adding = False
+    job._state.db = alias
+    return job
+
+
+def announce(alias: str, queue: str, job_ids: list[int]) -> None:
+    """Tell in-process listeners about the jobs once their transaction commits."""
+    transaction.on_commit(
+        lambda: signals.jobs_committed.send(sender=Job, queue=queue, job_ids=job_ids),
+        using=alias,
+    )
+
+
+def on_save(
+    model: type[models.Model],
+    task: Task[..., Any],
+    *,
+    when: Callable[[Any, bool], bool] | None = None,
+    args: Callable[[Any], Sequence[Any]] | None = None,
+    kwargs: Callable[[Any], dict[str, Any]] | None = None,
+    dedupe_key: Callable[[Any], str] | None = None,
+) -> Callable[..., None]:
+    """Enqueue ``task`` whenever a ``model`` instance is saved and ``when(obj, created)`` holds.
+
+    Runs from ``post_save``, so inside the save's transaction: the job commits
+    or rolls back with the row. The job's subject is the saved object; its
+    arguments are ``args(obj)`` and ``kwargs(obj)`` (default: the object's
+    primary key). Fixture loading (``raw`` saves) enqueues nothing. Returns
+    the connected receiver, for ``post_save.disconnect``.
+    """
+
+    def enqueue_on_save(
+        sender: type[models.Model], instance: Any, created: bool, raw: bool = False, **_: Any
+    ) -> None:
+        if raw or (when is not None and not when(instance, created)):
+            return
+        call = task.using(subject=instance, dedupe_key=dedupe_key(instance) if dedupe_key else None)
+        call.enqueue(
+            *(args(instance) if args else (instance.pk,)),
+            **(kwargs(instance) if kwargs else {}),
+        )
+
+    post_save.connect(
+        enqueue_on_save,
+        sender=model,
+        weak=False,
+        dispatch_uid=f"django_dbqueue.on_save:{model._meta.label}:{task.name}",
+    )
+    return enqueue_on_save

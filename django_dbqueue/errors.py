@@ -1,0 +1,69 @@
+"""Error codes and the bounded form in which failures are stored on a job."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+
+TASK_NOT_FOUND = "TASK_NOT_FOUND"
+BAD_ARGUMENTS = "BAD_ARGUMENTS"
+RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"
+LEASE_EXPIRED = "LEASE_EXPIRED"
+RETRY = "RETRY"
+
+#: ``last_error`` keeps at most this many characters: the end of the traceback.
+LAST_ERROR_LIMIT = 4000
+#: A history entry's message keeps at most this many characters.
+MESSAGE_LIMIT = 1000
+#: The error history keeps the last this many entries.
+HISTORY_LIMIT = 10
+#: ``last_error_code`` is a column of this width.
+CODE_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """A failure as stored on a job: a short code, a message and a traceback."""
+
+    code: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, code: str | None = None) -> ErrorInfo:
+        """Describe ``exc``; the code defaults to its ``code`` attribute or class name."""
+        chosen = code or getattr(exc, "code", None) or type(exc).__name__
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(code=str(chosen), message=f"{type(exc).__name__}: {exc}", traceback=text)
+
+    def bounded(self) -> ErrorInfo:
+        """The same error cut to the stored sizes (tracebacks keep their end)."""
+        return ErrorInfo(
+            code=self.code[:CODE_LIMIT],
+            message=self.message[:MESSAGE_LIMIT],
+            traceback=self.traceback[-LAST_ERROR_LIMIT:],
+        )
+
+    @property
+    def last_error(self) -> str:
+        """What ``Job.last_error`` stores: the traceback's end, else the message."""
+        return (self.traceback or self.message)[-LAST_ERROR_LIMIT:]
+
+
+def history_entry(
+    attempt: int, worker_id: str | None, error: ErrorInfo, at: str
+) -> dict[str, object]:
+    """One element of ``Job.errors``: who failed which attempt, when, and how."""
+    return {
+        "attempt": attempt,
+        "worker": worker_id,
+        "at": at,
+        "code": error.code,
+        "message": error.message,
+        "traceback": error.traceback,
+    }
+
+
+def appended(history: list[dict[str, object]], entry: dict[str, object]) -> list[dict[str, object]]:
+    """``history`` with ``entry`` added, keeping the last ``HISTORY_LIMIT`` entries."""
+    return [*history, entry][-HISTORY_LIMIT:]

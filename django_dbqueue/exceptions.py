@@ -1,0 +1,46 @@
+"""The exceptions django_dbqueue raises, and the ones task code raises to steer retries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class DbQueueError(Exception):
+    """Base class of every exception django_dbqueue defines."""
+
+
+class InvalidJob(DbQueueError, ValueError):
+    """An enqueue call was rejected before anything was written.
+
+    The message names the culprit (argument, option or task). The caller's
+    transaction stays usable: nothing reached the database.
+    """
+
+
+class LeaseLost(DbQueueError):
+    """The worker no longer owns the job's lease.
+
+    Raised by ``JobContext.heartbeat()``. Whatever the task does next cannot be
+    recorded: another attempt may already own the job. Stop and let it go.
+    """
+
+
+class Retry(DbQueueError):
+    """Raised by task code to ask for another attempt after ``delay``.
+
+    The failed attempt counts against the job's budget and is recorded in its
+    history with the code ``RETRY``. ``delay=None`` uses the task's backoff.
+    When the budget is spent the job becomes ``dead`` instead.
+    """
+
+    def __init__(self, delay: float | timedelta | None = None, message: str = "") -> None:
+        self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if self.delay is not None and self.delay < 0:
+            raise ValueError(f"Retry(delay={delay!r}): the delay cannot be negative.")
+        super().__init__(message or "retry requested")
+
+
+class PermanentError(DbQueueError):
+    """Raised by task code when retrying cannot help: the job becomes ``dead`` now."""
+
+    code = "PERMANENT_ERROR"

@@ -1,0 +1,330 @@
+"""The lease protocol: one function per transition, each one short transaction.
+
+A claim gives a worker a time-limited lease on a job and a fencing token
+(``lease_token``, +1 per claim). ``renew``, ``complete``, ``fail`` and
+``release`` count only for the current ``(worker_id, lease_token)`` while the
+lease is live by the database clock, checked after the row lock is held.
+Otherwise they change nothing and report the lost lease: a stale worker can
+never overwrite a newer attempt's outcome. They never raise for a lost lease;
+the caller logs it and never retries the write.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from django_dbqueue import conf, sql
+from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
+from django_dbqueue.models import JobState
+from django_dbqueue.tasks import load_task
+
+log = logging.getLogger(__name__)
+
+#: Jobs the reaper handles in one transaction.
+REAP_BATCH = 100
+
+#: Rotates which queue goes first when a claim serves several.
+_turns = itertools.count()
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on one job: what to run and the token that proves ownership.
+
+    ``attempt`` is 1-based and equals the job's ``attempts`` after the claim.
+    """
+
+    job_id: int
+    lease_token: int
+    worker_id: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_until: datetime
+    lease_seconds: int
+    queue: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across attempts and requeues (see ``Job.idempotency_key``)."""
+        return f"dbqueue-job-{self.job_id}"
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """What one ``reap`` did: jobs made ready again, and jobs now dead."""
+
+    retried: list[int]
+    dead: list[int]
+
+
+class ResultNotSerializable(ValueError):
+    """``complete()`` was given a result that is not JSON; nothing was written."""
+
+
+def queue_connection() -> BaseDatabaseWrapper:
+    """The connection to the database holding the jobs (``DBQUEUE['DATABASE']``)."""
+    return connections[conf.get().database]
+
+
+def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Lease]:
+    """Lease up to ``limit`` due ready jobs of ``queues`` (``None``: every queue).
+
+    Highest priority first, then oldest ``run_at``, within each queue; the
+    batch is shared across queues in turn so a busy queue cannot starve
+    another. Rows locked by other transactions are skipped, never awaited, so
+    concurrent claimers never receive the same job. Each claimed job's
+    ``attempts`` and ``lease_token`` grow by one.
+    """
+    if limit < 1:
+        return []
+    connection = queue_connection()
+    params = {
+        "queues": list(queues) if queues is not None else None,
+        "worker_id": worker_id,
+        "limit": limit,
+        "turn": next(_turns) % 1024,
+    }
+    with sql.write_transaction(connection):
+        rows = sql.run(connection, "claim", params)
+    return [
+        Lease(
+            job_id=row[0],
+            lease_token=row[1],
+            worker_id=worker_id,
+            task=row[2],
+            args=sql.to_json(row[3]),
+            kwargs=sql.to_json(row[4]),
+            attempt=row[5],
+            max_attempts=row[6],
+            lease_until=sql.to_datetime(row[7]),
+            lease_seconds=row[8],
+            queue=row[9],
+        )
+        for row in sorted(rows, key=lambda row: row[0])
+    ]
+
+
+def renew(leases: Iterable[Lease]) -> set[int]:
+    """Extend every lease still owned by its job's ``lease_seconds``; return their job ids.
+
+    All leases go in one statement. A lease missing from the result is lost:
+    the job was reaped, re-claimed or finished. Stop working on it.
+    """
+    batch = [
+        {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
+        for lease in leases
+    ]
+    if not batch:
+        return set()
+    connection = queue_connection()
+    with sql.write_transaction(connection):
+        owned = {row[0] for row in sql.run(connection, "renew", {"leases": batch})}
+    for lost in batch:
+        if lost["job_id"] not in owned:
+            log_lost_lease("renew", lost["job_id"], lost["worker_id"], lost["lease_token"])
+    return owned
+
+
+def complete(lease: Lease, result: object) -> bool:
+    """Mark the leased job ``succeeded`` and store its JSON ``result``.
+
+    Returns ``False`` and changes nothing when the lease is lost. Raises
+    ``ResultNotSerializable`` (writing nothing) when ``result`` is not JSON.
+    """
+    try:
+        encoded = json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ResultNotSerializable(
+            f"job {lease.job_id} returned {type(result).__name__}: {exc}"
+        ) from exc
+    return _settle(lease, "complete", {"result": encoded})
+
+
+def release(lease: Lease) -> bool:
+    """Hand the job back unrun (at shutdown): ready and due now, the attempt refunded.
+
+    The lease token keeps its value and no history entry is added. Returns
+    ``False`` and changes nothing when the lease is lost.
+    """
+    return _settle(lease, "release", {})
+
+
+def _settle(lease: Lease, statement: str, params: dict[str, Any]) -> bool:
+    connection = queue_connection()
+    fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
+    with sql.write_transaction(connection):
+        applied = bool(sql.run(connection, statement, {**fence, **params}))
+    if not applied:
+        log_lost_lease(statement, lease.job_id, lease.worker_id, lease.lease_token)
+    return applied
+
+
+def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | None) -> bool:
+    """Record a failed attempt: ``ready`` again at ``retry_at``, or ``dead`` when it is ``None``.
+
+    The job also becomes ``dead`` when its attempt budget is spent, whatever
+    ``retry_at`` says. The error is stored bounded (``last_error`` keeps the
+    traceback's end; the history keeps the last 10 entries). Returns ``False``
+    and changes nothing when the lease is lost.
+    """
+    info = (error if isinstance(error, ErrorInfo) else ErrorInfo.from_exception(error)).bounded()
+    connection = queue_connection()
+    fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
+    with sql.write_transaction(connection):
+        locked = sql.run(connection, "lock_lease", fence)
+        applied = bool(locked) and bool(
+            _record_failures(
+                connection,
+                [
+                    _failure_row(
+                        lease.job_id,
+                        lease.lease_token,
+                        lease.worker_id,
+                        lease.attempt,
+                        sql.to_json(locked[0][0]),
+                        info,
+                        retry_at,
+                    )
+                ],
+                expired=False,
+            )
+        )
+    if not applied:
+        log_lost_lease("fail", lease.job_id, lease.worker_id, lease.lease_token)
+    return applied
+
+
+def reap(limit: int = REAP_BATCH) -> ReapResult:
+    """Recover up to ``limit`` jobs whose lease expired: ``ready`` with backoff, or ``dead``.
+
+    A job with attempts left is retried after its task's backoff (the
+    settings' policy when the task no longer imports); one whose budget is
+    spent becomes ``dead`` with code ``LEASE_EXPIRED``. Either way the expiry
+    is added to its history and ``attempts`` is kept. Safe with many reapers:
+    rows another reaper holds are skipped.
+    """
+    connection = queue_connection()
+    with sql.write_transaction(connection):
+        expired = sql.run(connection, "lock_expired", {"limit": limit})
+        if not expired:
+            return ReapResult(retried=[], dead=[])
+        failures = [_expiry_row(*row) for row in expired]
+        settled = _record_failures(connection, failures, expired=True)
+    result = ReapResult(
+        retried=sorted(job_id for job_id, state in settled if state == JobState.READY),
+        dead=sorted(job_id for job_id, state in settled if state == JobState.DEAD),
+    )
+    if settled:
+        log.info("reaped expired leases retried=%s dead=%s", result.retried, result.dead)
+    return result
+
+
+def _expiry_row(
+    job_id: int,
+    lease_token: int,
+    task: str,
+    attempts: int,
+    max_attempts: int,
+    worker_id: str,
+    history: object,
+) -> dict[str, Any]:
+    info = ErrorInfo(LEASE_EXPIRED, f"lease of worker {worker_id} expired")
+    retry_at = None
+    if attempts < max_attempts:
+        retry_at = timezone.now() + _delay(task, attempts)
+    return _failure_row(
+        job_id, lease_token, worker_id, attempts, sql.to_json(history), info, retry_at
+    )
+
+
+def _delay(task: str, attempt: int) -> timedelta:
+    try:
+        backoff = load_task(task).backoff
+    except (ImportError, TypeError):
+        backoff = conf.get().backoff
+    return timedelta(seconds=backoff.delay(attempt))
+
+
+def _failure_row(
+    job_id: int,
+    lease_token: int,
+    worker_id: str,
+    attempt: int,
+    history: list[dict[str, object]],
+    info: ErrorInfo,
+    retry_at: datetime | None,
+) -> dict[str, Any]:
+    entry = history_entry(attempt, worker_id, info, timezone.now().isoformat())
+    return {
+        "job_id": job_id,
+        "lease_token": lease_token,
+        "worker_id": worker_id,
+        "retry_at": retry_at,
+        "code": info.code,
+        "last_error": info.last_error,
+        "errors": appended(history, entry),
+    }
+
+
+def _record_failures(
+    connection: BaseDatabaseWrapper, rows: list[dict[str, Any]], *, expired: bool
+) -> list[tuple[int, str]]:
+    settled = sql.run(connection, "record_failures", {"rows": rows, "expired": expired})
+    return [(job_id, state) for job_id, state in settled]
+
+
+def requeue(job_ids: Iterable[int], extra_attempts: int, actor: str) -> list[int]:
+    """Give dead jobs ``extra_attempts`` more attempts and make them due now.
+
+    Only ``dead`` jobs change. Each keeps its id (so its idempotency key),
+    attempts, dedupe key and error history. A job whose dedupe key an active
+    job now holds is skipped. Returns the ids requeued; ``actor`` is logged.
+    """
+    if extra_attempts < 1:
+        raise ValueError(f"extra_attempts must be 1 or more, not {extra_attempts}.")
+    ids = _changed("requeue", job_ids, {"extra_attempts": extra_attempts})
+    if ids:
+        log.info("requeued dead jobs ids=%s extra_attempts=%s actor=%s", ids, extra_attempts, actor)
+    return ids
+
+
+def cancel(job_ids: Iterable[int]) -> list[int]:
+    """Cancel the ``ready`` jobs among ``job_ids``; return the ids cancelled.
+
+    Running and finished jobs are left as they are.
+    """
+    return _changed("cancel", job_ids, {})
+
+
+def _changed(statement: str, job_ids: Iterable[int], params: dict[str, Any]) -> list[int]:
+    ids = [int(job_id) for job_id in job_ids]
+    if not ids:
+        return []
+    connection = queue_connection()
+    with sql.write_transaction(connection):
+        rows = sql.run(connection, statement, {"job_ids": ids, **params})
+    return sorted(row[0] for row in rows)
+
+
+def log_lost_lease(action: str, job_id: int, worker_id: str, lease_token: int) -> None:
+    """Log a write refused because the lease was lost: expected, never retried."""
+    log.warning(
+        "lease lost action=%s job=%s worker=%s lease_token=%s",
+        action,
+        job_id,
+        worker_id,
+        lease_token,
+    )

@@ -1,0 +1,171 @@
+"""The ``Job`` row: one background job, its lease and its history.
+
+Every invariant of the lifecycle is also a database constraint, so a bug or a
+hand-written UPDATE cannot leave a job in a shape the workers misread.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class JobState(models.TextChoices):
+    """The lifecycle states, identical in code, database, admin and logs."""
+
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATES = (JobState.READY, JobState.RUNNING)
+TERMINAL_STATES = (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Readable filters on the lifecycle: ``Job.objects.ready().due()``."""
+
+    def ready(self) -> JobQuerySet:
+        return self.filter(state=JobState.READY)
+
+    def due(self) -> JobQuerySet:
+        """Ready jobs whose ``run_at`` has come (by the database clock)."""
+        return self.ready().filter(run_at__lte=Now())
+
+    def scheduled(self) -> JobQuerySet:
+        """Ready jobs not yet due."""
+        return self.ready().filter(run_at__gt=Now())
+
+    def running(self) -> JobQuerySet:
+        return self.filter(state=JobState.RUNNING)
+
+    def expired(self) -> JobQuerySet:
+        """Running jobs whose lease has run out: the reaper's work."""
+        return self.running().filter(lease_until__lt=Now())
+
+    def succeeded(self) -> JobQuerySet:
+        return self.filter(state=JobState.SUCCEEDED)
+
+    def dead(self) -> JobQuerySet:
+        return self.filter(state=JobState.DEAD)
+
+    def cancelled(self) -> JobQuerySet:
+        return self.filter(state=JobState.CANCELLED)
+
+    def active(self) -> JobQuerySet:
+        """Jobs that may still run: ``ready`` or ``running``."""
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def finished(self) -> JobQuerySet:
+        """Jobs in a terminal state."""
+        return self.filter(state__in=TERMINAL_STATES)
+
+
+class Job(models.Model):
+    """A background job. Fields and constraints follow DESIGN.md's contract."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100, default="default")
+    task = models.CharField(max_length=255, help_text="Import path of the task function.")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.READY)
+    priority = models.IntegerField(default=0, help_text="Higher runs first.")
+    run_at = models.DateTimeField(db_default=Now(), help_text="Not before this time.")
+    attempts = models.PositiveIntegerField(default=0, help_text="Attempts consumed.")
+    max_attempts = models.PositiveIntegerField(default=5)
+    lease_token = models.PositiveBigIntegerField(
+        default=0, help_text="Fencing token: +1 on every claim, never decreases."
+    )
+    lease_seconds = models.PositiveIntegerField(default=60)
+    # NULL, not "", is what the claim-shape constraint and the dedupe index rely on.
+    worker_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True, help_text="Latest attempt's start.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    subject_type = models.ForeignKey(
+        ContentType, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    subject_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    subject = GenericForeignKey("subject_type", "subject_id")
+    result = models.JSONField(null=True, blank=True)
+    backend = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
+    last_error_code = models.CharField(max_length=100, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    errors = models.JSONField(default=list, blank=True)
+
+    objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]  # django-stubs types as_manager() as a Manager, not the QuerySet its methods return.
+
+    #: Set on the ``Job`` that ``enqueue()`` returns when an active job with the
+    #: same ``(task, dedupe_key)`` already existed and was returned instead.
+    deduplicated: bool = False
+
+    class Meta:
+        db_table = "dbqueue_job"
+        ordering = ("-id",)
+        constraints = (
+            models.CheckConstraint(
+                condition=Q(state__in=JobState.values), name="dbqueue_job_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempts__lte=models.F("max_attempts")),
+                name="dbqueue_job_attempts_within_budget",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gt=0), name="dbqueue_job_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(state=JobState.RUNNING, worker_id__isnull=False, lease_until__isnull=False)
+                    | (
+                        ~Q(state=JobState.RUNNING)
+                        & Q(worker_id__isnull=True, lease_until__isnull=True)
+                    )
+                ),
+                name="dbqueue_job_claim_shape",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(state__in=TERMINAL_STATES, finished_at__isnull=False)
+                    | Q(state__in=ACTIVE_STATES, finished_at__isnull=True)
+                ),
+                name="dbqueue_job_finish_shape",
+            ),
+            models.UniqueConstraint(
+                fields=("task", "dedupe_key"),
+                condition=Q(state__in=ACTIVE_STATES, dedupe_key__isnull=False),
+                name="dbqueue_job_active_dedupe",
+            ),
+        )
+        indexes = (
+            models.Index(
+                fields=("queue", "-priority", "run_at", "id"),
+                condition=Q(state=JobState.READY),
+                name="dbqueue_job_ready",
+            ),
+            models.Index(
+                fields=("lease_until",),
+                condition=Q(state=JobState.RUNNING),
+                name="dbqueue_job_running_lease",
+            ),
+            models.Index(fields=("finished_at",), name="dbqueue_job_finished"),
+            models.Index(fields=("subject_type", "subject_id"), name="dbqueue_job_subject"),
+        )
+        permissions = (("requeue_job", "Can requeue dead jobs"),)
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.task} ({self.state})"
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across attempts and operator requeues: derived from the id."""
+        return f"dbqueue-job-{self.pk}"

@@ -1,0 +1,42 @@
+"""Backoff maths for retries: pure functions, no database."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with equal jitter, capped.
+
+    For the attempt ``n`` that just failed (1-based) the base delay is
+    ``d = min(cap, base * factor ** (n - 1))`` seconds and the delay used is
+    uniform in ``[d / 2, d]``: retries spread out but never wait longer than
+    ``cap``.
+    """
+
+    base: float = 2
+    factor: float = 2
+    cap: float = 3600
+
+    def __post_init__(self) -> None:
+        if self.base <= 0 or self.factor < 1 or self.cap <= 0:
+            raise ValueError(f"{self!r} is invalid: base and cap must be > 0 and factor >= 1.")
+
+    def ceiling(self, attempt: int) -> float:
+        """The un-jittered delay ``d`` after failed attempt ``attempt`` (1-based)."""
+        if attempt < 1:
+            raise ValueError(f"attempt must be 1 or more, not {attempt}.")
+        # Step up to the cap instead of computing factor ** n, which overflows.
+        delay = self.base
+        for _ in range(attempt - 1):
+            delay *= self.factor
+            if delay >= self.cap:
+                return self.cap
+        return min(self.cap, delay)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """A jittered delay in seconds, uniform in ``[d / 2, d]``."""
+        ceiling = self.ceiling(attempt)
+        return (rng or random).uniform(ceiling / 2, ceiling)

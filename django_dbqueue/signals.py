@@ -1,0 +1,11 @@
+"""Signals for in-process listeners."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+#: Sent once a transaction that enqueued jobs has committed (at once outside a
+#: transaction), with ``queue`` and ``job_ids``. Workers in the same process
+#: use it to wake up without polling; on PostgreSQL other processes hear a
+#: NOTIFY at the same moment.
+jobs_committed = Signal()

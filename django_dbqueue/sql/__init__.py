@@ -1,0 +1,155 @@
+"""Named SQL statements per database vendor, and the one place that runs them.
+
+``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
+defines the same names. Python never builds SQL: it asks for a statement by
+name and passes a dict of parameters. Structured parameters (lists, dicts) are
+sent as JSON text and datetimes in the form the vendor stores, so the SQL files
+share one calling convention.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+SQL_DIR = Path(__file__).parent
+VENDOR_FILES = {"postgresql": "postgresql.sql", "sqlite": "sqlite.sql"}
+NAME_LINE = re.compile(r"^-- name: (\w+)\s*$")
+
+#: How often a SQLite ``BEGIN IMMEDIATE`` is retried when the database stays
+#: locked past the connection's busy timeout, and the first pause between tries.
+SQLITE_BEGIN_TRIES = 5
+SQLITE_BEGIN_BACKOFF = 0.05
+
+
+class UnsupportedDatabase(LookupError):
+    """The connection's vendor has no statement file."""
+
+
+def parse(text: str) -> dict[str, str]:
+    """Split a statement file into ``{name: sql}``; comment lines are dropped."""
+    statements: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        match = NAME_LINE.match(line)
+        if match:
+            current = statements.setdefault(match.group(1), [])
+        elif current is not None and not line.lstrip().startswith("--"):
+            current.append(line)
+    return {name: "\n".join(lines).strip().rstrip(";") for name, lines in statements.items()}
+
+
+@functools.cache
+def statements(vendor: str) -> dict[str, str]:
+    """Every named statement for ``vendor``."""
+    try:
+        filename = VENDOR_FILES[vendor]
+    except KeyError:
+        raise UnsupportedDatabase(
+            f"django_dbqueue has no SQL for the {vendor!r} database. "
+            f"Use one of: {', '.join(sorted(VENDOR_FILES))}."
+        ) from None
+    return parse((SQL_DIR / filename).read_text())
+
+
+def run(
+    connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Execute statement ``name`` for the connection's vendor; return its rows.
+
+    ``now`` is added for statements that take the clock as a parameter
+    (SQLite); call inside ``write_transaction`` so it is read under the lock.
+    """
+    sql = statements(connection.vendor)[name]
+    values = dict(params)
+    if "%(now)s" in sql:
+        values["now"] = timezone.now()
+    adapted = {key: adapt(connection, value) for key, value in values.items()}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, adapted)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def adapt(connection: BaseDatabaseWrapper, value: object) -> object:
+    """A parameter in the form the vendor's statements expect."""
+    if isinstance(value, datetime):
+        return connection.ops.adapt_datetimefield_value(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=functools.partial(_json_default, connection))
+    return value
+
+
+def _json_default(connection: BaseDatabaseWrapper, value: object) -> str:
+    if isinstance(value, datetime):
+        return str(connection.ops.adapt_datetimefield_value(value))
+    raise TypeError(f"{type(value).__name__} is not a SQL parameter")
+
+
+def to_datetime(value: object) -> datetime:
+    """A timestamp read from a raw row, as Django's ORM would return it."""
+    if isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(str(value))
+    if parsed is None:
+        raise ValueError(f"{value!r} is not a timestamp")
+    if settings.USE_TZ and timezone.is_naive(parsed):
+        return parsed.replace(tzinfo=dt_timezone.utc)
+    return parsed
+
+
+def to_json(value: object) -> Any:
+    """A JSON column read from a raw row, decoded."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+@contextmanager
+def write_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
+    """One short write transaction, with the vendor's lock taken up front.
+
+    PostgreSQL: an ordinary ``atomic`` block; row locks come from the
+    statements. SQLite: ``BEGIN IMMEDIATE``, so the database write lock is
+    held before anything is read; a database that stays locked is retried a
+    bounded number of times with growing pauses, then the error is raised.
+    Inside a caller's ``atomic`` block it joins that transaction.
+    """
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        with transaction.atomic(using=connection.alias):
+            yield
+        return
+    _begin_immediate(connection)
+    try:
+        yield
+    except BaseException:
+        with connection.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+        raise
+    with connection.cursor() as cursor:
+        cursor.execute("COMMIT")
+
+
+def _begin_immediate(connection: BaseDatabaseWrapper) -> None:
+    pause = SQLITE_BEGIN_BACKOFF
+    for attempt in range(1, SQLITE_BEGIN_TRIES + 1):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("BEGIN IMMEDIATE")
+            return
+        except OperationalError as exc:
+            if "locked" not in str(exc) or attempt == SQLITE_BEGIN_TRIES:
+                raise
+            time.sleep(pause)
+            pause *= 2

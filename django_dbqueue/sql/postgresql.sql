@@ -1,0 +1,193 @@
+-- Named statements of the lease protocol for PostgreSQL.
+-- Every deadline is measured by the database clock (clock_timestamp()) after the row
+-- lock is held, so worker clocks never decide who owns a job. Structured parameters
+-- arrive as JSON text.
+
+-- name: insert_jobs
+-- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
+-- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
+-- matches an active job is skipped, never an error, so the caller's transaction stays
+-- usable. Listeners on %(channel)s hear of the queue once, when the transaction commits.
+WITH inserted AS (
+    INSERT INTO dbqueue_job (
+        queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
+        lease_token, lease_seconds, created_at, dedupe_key, subject_type_id, subject_id,
+        backend, last_error_code, last_error, errors
+    )
+    SELECT
+        %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', 'ready', %(priority)s,
+        COALESCE(%(run_at)s::timestamptz,
+                 statement_timestamp() + make_interval(secs => %(delay)s)),
+        0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
+        %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '[]'::jsonb
+    FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
+    ORDER BY item.position
+    ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+    DO NOTHING
+    RETURNING id, created_at, run_at
+)
+SELECT inserted.id, inserted.created_at, inserted.run_at,
+       (SELECT pg_notify(%(channel)s, %(queue)s)) AS notified
+FROM inserted;
+
+-- name: claim
+-- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue with
+-- ready jobs). Rows locked by other transactions are skipped, never awaited. The batch is
+-- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
+-- order, and every queue's candidates come from the ready index. Each claimed row gets
+-- attempts + 1, lease_token + 1, the worker id and a lease from the database clock.
+WITH RECURSIVE ready_queue AS (
+    SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
+    UNION ALL
+    SELECT (SELECT min(j.queue) FROM dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
+    FROM ready_queue r
+    WHERE r.queue IS NOT NULL
+),
+served AS (
+    SELECT value AS queue FROM jsonb_array_elements_text(%(queues)s::jsonb)
+    UNION
+    SELECT queue FROM ready_queue WHERE queue IS NOT NULL AND %(queues)s::jsonb IS NULL
+),
+candidate AS (
+    SELECT c.id, s.queue,
+           row_number() OVER (PARTITION BY s.queue ORDER BY c.priority DESC, c.run_at, c.id)
+               AS rank
+    FROM served s
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM dbqueue_job
+        WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+chosen AS (
+    SELECT id FROM (
+        SELECT id, rank, dense_rank() OVER (ORDER BY queue) AS position FROM candidate
+    ) ranked
+    ORDER BY rank, mod(position - 1 + %(turn)s, (SELECT count(DISTINCT queue) FROM candidate))
+    LIMIT %(limit)s
+)
+UPDATE dbqueue_job j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    lease_token = j.lease_token + 1,
+    worker_id = %(worker_id)s,
+    lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
+    started_at = clock_timestamp()
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+          j.lease_until, j.lease_seconds, j.queue;
+
+-- name: renew
+-- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
+-- lease_seconds from the database clock. Applies only to rows still running under that
+-- (worker_id, lease_token) with lease_until ahead of the clock, checked once the row lock
+-- is held. Returns the ids still owned.
+WITH lease AS (
+    SELECT * FROM jsonb_to_recordset(%(leases)s::jsonb)
+        AS l(job_id bigint, lease_token bigint, worker_id text)
+),
+locked AS (
+    SELECT j.id FROM dbqueue_job j JOIN lease l ON l.job_id = j.id ORDER BY j.id FOR UPDATE OF j
+)
+UPDATE dbqueue_job j
+SET lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
+FROM lease l, locked
+WHERE j.id = l.job_id AND locked.id = j.id
+  AND j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+  AND j.lease_until > clock_timestamp()
+RETURNING j.id;
+
+-- name: complete
+-- Mark the leased job succeeded with %(result)s (JSON). Applies only while the lease is
+-- the caller's and live by the database clock once the row lock is held.
+WITH locked AS (SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+UPDATE dbqueue_job j
+SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, lease_until = NULL,
+    finished_at = clock_timestamp()
+FROM locked
+WHERE j.id = locked.id
+  AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
+  AND j.lease_until > clock_timestamp()
+RETURNING j.id;
+
+-- name: release
+-- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
+-- kept (it never decreases). Applies only while the lease is the caller's and live.
+WITH locked AS (SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+UPDATE dbqueue_job j
+SET state = 'ready', attempts = j.attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = clock_timestamp()
+FROM locked
+WHERE j.id = locked.id
+  AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
+  AND j.lease_until > clock_timestamp()
+RETURNING j.id;
+
+-- name: lock_lease
+-- Lock the job if it is still running under (worker_id, lease_token); return its error
+-- history so a failure can be appended. The deadline is checked by record_failures.
+SELECT errors FROM dbqueue_job
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+FOR UPDATE;
+
+-- name: lock_expired
+-- Lock up to %(limit)s running jobs whose lease has run out, oldest deadline first, via
+-- the running-lease index. Rows another reaper holds are skipped.
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors FROM dbqueue_job
+WHERE state = 'running' AND lease_until < statement_timestamp()
+ORDER BY lease_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: record_failures
+-- Record a failed attempt for each row of %(rows)s (JSON [{job_id, lease_token, worker_id,
+-- retry_at, code, last_error, errors}]): ready again at retry_at, or dead when retry_at is
+-- null or the attempt budget is spent. With %(expired)s the lease must have run out (the
+-- reaper); otherwise it must still be the caller's and live. Both by the database clock,
+-- after the row lock is held. Returns the ids and the state each one took.
+UPDATE dbqueue_job j
+SET state = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
+                 THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
+                  THEN j.run_at ELSE r.retry_at END,
+    finished_at = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
+                       THEN clock_timestamp() END,
+    worker_id = NULL, lease_until = NULL,
+    last_error_code = r.code, last_error = r.last_error, errors = r.errors
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+    job_id bigint, lease_token bigint, worker_id text, retry_at timestamptz, code text,
+    last_error text, errors jsonb
+)
+WHERE j.id = r.job_id AND j.state = 'running' AND j.lease_token = r.lease_token
+  AND CASE WHEN %(expired)s
+           THEN j.lease_until < clock_timestamp()
+           ELSE j.worker_id = r.worker_id AND j.lease_until > clock_timestamp() END
+RETURNING j.id, j.state;
+
+-- name: requeue
+-- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
+-- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
+-- active job is skipped. Returns the ids requeued.
+UPDATE dbqueue_job j
+SET state = 'ready', max_attempts = j.max_attempts + %(extra_attempts)s,
+    run_at = clock_timestamp(), finished_at = NULL
+WHERE j.id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
+  AND j.state = 'dead'
+  AND NOT EXISTS (
+      SELECT 1 FROM dbqueue_job a
+      WHERE a.task = j.task AND a.dedupe_key = j.dedupe_key AND a.state IN ('ready', 'running')
+  )
+RETURNING j.id;
+
+-- name: cancel
+-- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.
+-- Returns the ids cancelled.
+UPDATE dbqueue_job
+SET state = 'cancelled', finished_at = clock_timestamp()
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
+  AND state = 'ready'
+RETURNING id;

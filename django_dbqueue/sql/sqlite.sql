@@ -1,0 +1,162 @@
+-- Named statements of the lease protocol for SQLite (local development).
+-- Every write runs inside BEGIN IMMEDIATE, so the one writer already holds the database
+-- lock when these run; %(now)s is then read from the host clock, which is the database's
+-- clock for an embedded database. Structured parameters arrive as JSON text.
+
+-- name: insert_jobs
+-- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
+-- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
+-- matches an active job is skipped, never an error, so the caller's transaction stays
+-- usable. (%(channel)s is unused: SQLite has no NOTIFY.)
+INSERT INTO dbqueue_job (
+    queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
+    lease_token, lease_seconds, created_at, dedupe_key, subject_type_id, subject_id,
+    backend, last_error_code, last_error, errors
+)
+SELECT
+    %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
+    'ready', %(priority)s,
+    COALESCE(%(run_at)s, strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || %(delay)s || ' seconds')),
+    0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s,
+    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '[]'
+FROM json_each(%(rows)s) AS item
+WHERE true
+ORDER BY item.key
+ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+DO NOTHING
+RETURNING id, created_at, run_at;
+
+-- name: claim
+-- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue),
+-- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
+-- order. Each claimed row gets attempts + 1, lease_token + 1, the worker id and a lease.
+WITH candidate AS (
+    SELECT id, queue,
+           row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank,
+           dense_rank() OVER (ORDER BY queue) AS position
+    FROM dbqueue_job
+    WHERE state = 'ready' AND run_at <= %(now)s
+      AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+),
+chosen AS (
+    SELECT id FROM candidate
+    ORDER BY rank, (position - 1 + %(turn)s) %% (SELECT max(position) FROM candidate)
+    LIMIT %(limit)s
+)
+UPDATE dbqueue_job
+SET state = 'running',
+    attempts = attempts + 1,
+    lease_token = lease_token + 1,
+    worker_id = %(worker_id)s,
+    lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds'),
+    started_at = %(now)s
+WHERE id IN (SELECT id FROM chosen)
+RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
+          lease_seconds, queue;
+
+-- name: renew
+-- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
+-- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)
+-- with lease_until still ahead of the clock. Returns the ids still owned.
+UPDATE dbqueue_job
+SET lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds')
+WHERE state = 'running' AND lease_until > %(now)s
+  AND EXISTS (
+      SELECT 1 FROM json_each(%(leases)s) AS l
+      WHERE json_extract(l.value, '$.job_id') = dbqueue_job.id
+        AND json_extract(l.value, '$.lease_token') = dbqueue_job.lease_token
+        AND json_extract(l.value, '$.worker_id') = dbqueue_job.worker_id
+  )
+RETURNING id;
+
+-- name: complete
+-- Mark the leased job succeeded with %(result)s (JSON). Applies only while the lease is
+-- the caller's and live.
+UPDATE dbqueue_job
+SET state = 'succeeded', result = json(%(result)s), worker_id = NULL, lease_until = NULL,
+    finished_at = %(now)s
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+  AND lease_until > %(now)s
+RETURNING id;
+
+-- name: release
+-- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
+-- kept (it never decreases). Applies only while the lease is the caller's and live.
+UPDATE dbqueue_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = %(now)s
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+  AND lease_until > %(now)s
+RETURNING id;
+
+-- name: lock_lease
+-- Return the job's error history if it is still running under (worker_id, lease_token).
+-- The write lock is already held; the deadline is checked by record_failures.
+SELECT errors FROM dbqueue_job
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s;
+
+-- name: lock_expired
+-- Up to %(limit)s running jobs whose lease has run out, oldest deadline first.
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors FROM dbqueue_job
+WHERE state = 'running' AND lease_until < %(now)s
+ORDER BY lease_until
+LIMIT %(limit)s;
+
+-- name: record_failures
+-- Record a failed attempt for each row of %(rows)s (JSON [{job_id, lease_token, worker_id,
+-- retry_at, code, last_error, errors}]): ready again at retry_at, or dead when retry_at is
+-- null or the attempt budget is spent. With %(expired)s the lease must have run out (the
+-- reaper); otherwise it must still be the caller's and live. Returns ids and new states.
+WITH failure AS (
+    SELECT json_extract(value, '$.job_id') AS job_id,
+           json_extract(value, '$.lease_token') AS lease_token,
+           json_extract(value, '$.worker_id') AS worker_id,
+           json_extract(value, '$.retry_at') AS retry_at,
+           json_extract(value, '$.code') AS code,
+           json_extract(value, '$.last_error') AS last_error,
+           json_extract(value, '$.errors') AS errors
+    FROM json_each(%(rows)s)
+)
+UPDATE dbqueue_job
+SET state = CASE WHEN f.retry_at IS NULL OR attempts >= max_attempts
+                 THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN f.retry_at IS NULL OR attempts >= max_attempts
+                  THEN run_at ELSE f.retry_at END,
+    finished_at = CASE WHEN f.retry_at IS NULL OR attempts >= max_attempts
+                       THEN %(now)s END,
+    worker_id = NULL, lease_until = NULL,
+    last_error_code = f.code, last_error = f.last_error, errors = f.errors
+FROM failure AS f
+WHERE dbqueue_job.id = f.job_id AND state = 'running' AND dbqueue_job.lease_token = f.lease_token
+  AND CASE WHEN %(expired)s
+           THEN lease_until < %(now)s
+           ELSE dbqueue_job.worker_id = f.worker_id AND lease_until > %(now)s END
+RETURNING id, state;
+
+-- name: requeue
+-- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
+-- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
+-- active job is skipped. Returns the ids requeued.
+UPDATE dbqueue_job
+SET state = 'ready', max_attempts = max_attempts + %(extra_attempts)s, run_at = %(now)s,
+    finished_at = NULL
+WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
+  AND state = 'dead'
+  AND NOT EXISTS (
+      SELECT 1 FROM dbqueue_job AS a
+      WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
+        AND a.state IN ('ready', 'running')
+  )
+RETURNING id;
+
+-- name: cancel
+-- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.
+-- Returns the ids cancelled.
+UPDATE dbqueue_job
+SET state = 'cancelled', finished_at = %(now)s
+WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
+  AND state = 'ready'
+RETURNING id;

@@ -1,0 +1,255 @@
+"""``@task``: turn a module-level function into a job the queue can run.
+
+A ``Task`` stays callable (calling it runs the function here and now);
+``enqueue()`` and ``using(...).enqueue()`` write a job instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from django.db.models import Model
+from django.utils.module_loading import import_string
+
+from django_dbqueue import conf
+from django_dbqueue.exceptions import InvalidJob
+from django_dbqueue.retry import Backoff
+
+if TYPE_CHECKING:
+    from django_dbqueue.models import Job
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+QUEUE_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,100}"
+
+#: Bounds of the integer columns options end up in.
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """What ``@task(...)`` fixes for every job of a task; ``None`` means the setting."""
+
+    queue: str | None = None
+    priority: int = 0
+    max_attempts: int | None = None
+    lease: int | None = None
+    timeout: float | None = None
+    retry: Backoff | None = None
+    give_up_on: tuple[type[BaseException], ...] = ()
+    takes_context: bool = False
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call options of ``Task.using(...)``; ``None`` falls back to the task's."""
+
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    dedupe_key: str | None = None
+    subject: Model | None = None
+
+
+class Task(Generic[P, R]):
+    """A function registered as a background task.
+
+    ``name`` is the import path workers use to find the function again, so
+    tasks must be module-level functions.
+    """
+
+    def __init__(self, func: Callable[P, R], options: TaskOptions) -> None:
+        validate_task_options(options)
+        self.func = func
+        self.options = options
+        self.name = f"{func.__module__}.{func.__qualname__}"
+        functools.update_wrapper(self, func)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function now, in this process, with no job involved."""
+        return self.func(*args, **kwargs)
+
+    @property
+    def backoff(self) -> Backoff:
+        """The retry policy: the task's own, else the settings'."""
+        return self.options.retry or conf.get().backoff
+
+    @functools.cached_property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.func)
+
+    def bind(
+        self, args: Sequence[Any], kwargs: dict[str, Any], context: object = None
+    ) -> inspect.BoundArguments:
+        """Bind a job's arguments (and the context first, if the task takes it).
+
+        Raises ``TypeError`` when they do not fit the function's signature.
+        """
+        leading = (context,) if self.options.takes_context else ()
+        return self.signature.bind(*leading, *args, **kwargs)
+
+    def using(
+        self,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        dedupe_key: str | None = None,
+        subject: Model | None = None,
+    ) -> TaskCall[P, R]:
+        """Options for the next enqueue: scheduling, priority, queue, dedupe, subject."""
+        options = EnqueueOptions(delay, run_at, priority, queue, dedupe_key, subject)
+        return TaskCall(self, options)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Write a job for ``func(*args, **kwargs)``; see ``TaskCall.enqueue``."""
+        return TaskCall(self, EnqueueOptions()).enqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
+        """Write one job per ``(args, kwargs)`` in one INSERT; see ``TaskCall``."""
+        return TaskCall(self, EnqueueOptions()).enqueue_many(calls)
+
+
+@dataclass(frozen=True)
+class TaskCall(Generic[P, R]):
+    """A task with per-call options, ready to enqueue."""
+
+    task: Task[P, R]
+    options: EnqueueOptions
+
+    def using(self, **changes: Any) -> TaskCall[P, R]:
+        """The same call with more options changed."""
+        return TaskCall(self.task, replace(self.options, **changes))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Write the job in the current transaction of the queue's database.
+
+        Everything is validated first: a bad argument or option raises
+        ``InvalidJob`` and writes nothing. With a ``dedupe_key`` that an active
+        job of this task already holds, that job is returned unchanged with
+        ``deduplicated=True``. Workers are woken when the transaction commits.
+        """
+        from django_dbqueue.enqueue import enqueue
+
+        return enqueue(self.task, [(args, kwargs)], self.options)[0]
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
+        """Write one job per ``(args, kwargs)`` with one INSERT; jobs in input order.
+
+        All jobs share these options; ``dedupe_key`` is not accepted here.
+        """
+        from django_dbqueue.enqueue import enqueue
+
+        if self.options.dedupe_key is not None:
+            raise InvalidJob(
+                f"{self.task.name}: enqueue_many() does not take a dedupe_key; "
+                "enqueue those jobs one by one."
+            )
+        return enqueue(self.task, list(calls), self.options)
+
+
+@overload
+def task(func: Callable[P, R], /) -> Task[P, R]: ...
+@overload
+def task(
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    lease: int | None = None,
+    timeout: float | None = None,
+    retry: Backoff | None = None,
+    give_up_on: Iterable[type[BaseException]] = (),
+    takes_context: bool = False,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+def task(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    lease: int | None = None,
+    timeout: float | None = None,
+    retry: Backoff | None = None,
+    give_up_on: Iterable[type[BaseException]] = (),
+    takes_context: bool = False,
+) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    """Declare a background task: ``@task`` or ``@task(queue="mail", ...)``.
+
+    ``max_attempts``, ``lease`` (seconds) and ``retry`` default to the
+    ``DBQUEUE`` settings when the job is enqueued or retried. ``give_up_on``
+    exception types make a failure permanent. Bad options raise ``InvalidJob``
+    at import time.
+    """
+    options = TaskOptions(
+        queue, priority, max_attempts, lease, timeout, retry, tuple(give_up_on), takes_context
+    )
+
+    def decorate(function: Callable[P, R]) -> Task[P, R]:
+        return Task(function, options)
+
+    return decorate if func is None else decorate(func)
+
+
+def validate_task_options(options: TaskOptions) -> None:
+    """Raise ``InvalidJob`` naming the first option that is out of range."""
+    if options.queue is not None:
+        check_queue_name(options.queue)
+    check_int("priority", options.priority, INT_MIN)
+    if options.max_attempts is not None:
+        check_int("max_attempts", options.max_attempts, 1)
+    if options.lease is not None:
+        check_int("lease", options.lease, 1)
+    if options.timeout is not None and not (
+        isinstance(options.timeout, (int, float)) and options.timeout > 0
+    ):
+        raise InvalidJob(f"timeout must be a positive number of seconds, not {options.timeout!r}.")
+    if options.retry is not None and not isinstance(options.retry, Backoff):
+        raise InvalidJob(f"retry must be a Backoff(...), not {options.retry!r}.")
+    for kind in options.give_up_on:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise InvalidJob(f"give_up_on takes exception classes, not {kind!r}.")
+
+
+def check_queue_name(queue: object) -> str:
+    """Return ``queue`` if it is a valid queue name, else raise ``InvalidJob``."""
+    if not isinstance(queue, str) or not re.fullmatch(QUEUE_NAME_PATTERN, queue):
+        raise InvalidJob(
+            f"Queue name {queue!r} is invalid: use 1-100 letters, digits, '_', '-' or '.'."
+        )
+    return queue
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """Return ``value`` if it is an int in ``[minimum, INT_MAX]``, else raise ``InvalidJob``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT_MAX:
+        raise InvalidJob(
+            f"{name} must be a whole number from {minimum} to {INT_MAX}, not {value!r}."
+        )
+    return value
+
+
+def load_task(path: str) -> Task[..., Any]:
+    """The ``Task`` at import path ``path``.
+
+    Raises ``ImportError`` when nothing importable is there and ``TypeError``
+    when it is not a django_dbqueue task.
+    """
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{path} is {type(found).__name__}, not a django_dbqueue @task.")
+    return found

@@ -1,0 +1,1 @@
+"""The worker runtime: running claimed jobs (and, later, the runworkers process)."""

@@ -1,0 +1,38 @@
+"""Settings for the test suite.
+
+The database comes from ``DATABASE_URL`` (default: the local PostgreSQL with
+trust auth). ``DATABASE_URL=sqlite:////tmp/dbqueue.sqlite3`` runs the suite on
+SQLite; PostgreSQL-only tests then skip themselves.
+"""
+
+from __future__ import annotations
+
+import environ
+
+env = environ.Env()
+
+SECRET_KEY = "tests-only"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/postgres")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not Django's shared in-memory database, so threads get real SQLite locking.
+    DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_dbqueue",
+    "tests.testapp",
+]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DBQUEUE = {"LEASE_SECONDS": 30}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_dbqueue": {"handlers": ["console"], "level": "WARNING"}},
+}
