@@ -123,18 +123,19 @@ def renew(leases: Iterable[Lease]) -> set[int]:
     All leases go in one statement. A lease missing from the result is lost:
     the job was reaped, re-claimed or finished. Stop working on it.
     """
+    held = list(leases)
+    if not held:
+        return set()
     batch = [
         {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
-        for lease in leases
+        for lease in held
     ]
-    if not batch:
-        return set()
     connection = queue_connection()
     with sql.write_transaction(connection):
         owned = {row[0] for row in sql.run(connection, "renew", {"leases": batch})}
-    for lost in batch:
-        if lost["job_id"] not in owned:
-            log_lost_lease("renew", lost["job_id"], lost["worker_id"], lost["lease_token"])
+    for lease in held:
+        if lease.job_id not in owned:
+            log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
     return owned
 
 

@@ -6,13 +6,16 @@ hand-written UPDATE cannot leave a job in a shape the workers misread.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class JobState(models.TextChoices):
@@ -32,38 +35,38 @@ TERMINAL_STATES = (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
 class JobQuerySet(models.QuerySet["Job"]):
     """Readable filters on the lifecycle: ``Job.objects.ready().due()``."""
 
-    def ready(self) -> JobQuerySet:
+    def ready(self) -> Self:
         return self.filter(state=JobState.READY)
 
-    def due(self) -> JobQuerySet:
+    def due(self) -> Self:
         """Ready jobs whose ``run_at`` has come (by the database clock)."""
         return self.ready().filter(run_at__lte=Now())
 
-    def scheduled(self) -> JobQuerySet:
+    def scheduled(self) -> Self:
         """Ready jobs not yet due."""
         return self.ready().filter(run_at__gt=Now())
 
-    def running(self) -> JobQuerySet:
+    def running(self) -> Self:
         return self.filter(state=JobState.RUNNING)
 
-    def expired(self) -> JobQuerySet:
+    def expired(self) -> Self:
         """Running jobs whose lease has run out: the reaper's work."""
         return self.running().filter(lease_until__lt=Now())
 
-    def succeeded(self) -> JobQuerySet:
+    def succeeded(self) -> Self:
         return self.filter(state=JobState.SUCCEEDED)
 
-    def dead(self) -> JobQuerySet:
+    def dead(self) -> Self:
         return self.filter(state=JobState.DEAD)
 
-    def cancelled(self) -> JobQuerySet:
+    def cancelled(self) -> Self:
         return self.filter(state=JobState.CANCELLED)
 
-    def active(self) -> JobQuerySet:
+    def active(self) -> Self:
         """Jobs that may still run: ``ready`` or ``running``."""
         return self.filter(state__in=ACTIVE_STATES)
 
-    def finished(self) -> JobQuerySet:
+    def finished(self) -> Self:
         """Jobs in a terminal state."""
         return self.filter(state__in=TERMINAL_STATES)
 
