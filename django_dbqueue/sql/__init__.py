@@ -100,10 +100,8 @@ def _json_default(connection: BaseDatabaseWrapper, value: object) -> str:
 
 
 def to_datetime(value: object) -> datetime:
-    """A timestamp read from a raw row, as Django's ORM would return it."""
-    if isinstance(value, datetime):
-        return value
-    parsed = parse_datetime(str(value))
+    """A timestamp read from a raw row, aware when ``USE_TZ`` (as the ORM returns it)."""
+    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is None:
         raise ValueError(f"{value!r} is not a timestamp")
     if settings.USE_TZ and timezone.is_naive(parsed):

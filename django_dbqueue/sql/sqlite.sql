@@ -7,7 +7,8 @@
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job is skipped, never an error, so the caller's transaction stays
--- usable. (%(channel)s is unused: SQLite has no NOTIFY.)
+-- usable. strftime() rounds to the millisecond, so a job due now takes %(now)s as it is
+-- (rounded up, it would not be due yet). (%(channel)s is unused: SQLite has no NOTIFY.)
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, subject_type_id, subject_id,
@@ -16,7 +17,9 @@ INSERT INTO dbqueue_job (
 SELECT
     %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
     'ready', %(priority)s,
-    COALESCE(%(run_at)s, strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || %(delay)s || ' seconds')),
+    COALESCE(%(run_at)s, CASE WHEN %(delay)s > 0
+        THEN strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || %(delay)s || ' seconds')
+        ELSE %(now)s END),
     0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s,
     %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '[]'
 FROM json_each(%(rows)s) AS item

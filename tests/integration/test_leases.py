@@ -1,0 +1,421 @@
+"""The lease protocol against a real database: exclusive claims and fencing."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from django_dbqueue import leases
+from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
+from django_dbqueue.models import Job, JobState
+from tests import tasks
+from tests.factories import JobFactory
+
+WAIT = 30  # seconds any thread may take before the test fails
+
+
+def expire(*job_ids: int) -> None:
+    """Move leases into the past, as if the workers had stalled."""
+    Job.objects.filter(pk__in=job_ids).update(lease_until=timezone.now() - timedelta(seconds=1))
+
+
+def claim_one(worker_id: str = "w1", queues: list[str] | None = None) -> leases.Lease:
+    (lease,) = leases.claim(queues, worker_id, 1)
+    return lease
+
+
+def run_in_thread(target, *args: object) -> threading.Thread:  # type: ignore[no-untyped-def]  # test helper
+    def closing() -> None:
+        try:
+            target(*args)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=closing, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db
+class TestClaim:
+    def test_claim_marks_job_running_with_lease_token_and_attempt(self) -> None:
+        job = tasks.noop.enqueue()
+        lease = claim_one("worker-a")
+        job.refresh_from_db()
+        assert (lease.job_id, lease.worker_id, lease.attempt, lease.lease_token) == (
+            job.pk,
+            "worker-a",
+            1,
+            1,
+        )
+        assert job.state == JobState.RUNNING
+        assert (job.worker_id, job.attempts, job.lease_token) == ("worker-a", 1, 1)
+        assert job.lease_until == lease.lease_until
+        assert job.lease_until > timezone.now() + timedelta(seconds=25)
+        assert job.started_at is not None
+
+    def test_claim_returns_task_arguments_and_budget(self) -> None:
+        tasks.send_invoice.enqueue(42, copy=True)
+        lease = claim_one()
+        assert (lease.task, lease.args, lease.kwargs) == (
+            "tests.tasks.send_invoice",
+            [42],
+            {"copy": True},
+        )
+        assert (lease.max_attempts, lease.lease_seconds, lease.queue) == (3, 20, "mail")
+
+    def test_claim_takes_higher_priority_first_then_older_run_at(self) -> None:
+        now = timezone.now()
+        old_low = JobFactory(priority=0, run_at=now - timedelta(minutes=2))
+        new_high = JobFactory(priority=5, run_at=now - timedelta(minutes=1))
+        old_high = JobFactory(priority=5, run_at=now - timedelta(minutes=3))
+        claimed = [claim_one().job_id for _ in range(3)]
+        assert claimed == [old_high.pk, new_high.pk, old_low.pk]
+
+    def test_claim_leaves_jobs_scheduled_in_the_future(self) -> None:
+        tasks.noop.using(delay=60).enqueue()
+        due = tasks.noop.enqueue()
+        assert [lease.job_id for lease in leases.claim(None, "w1", 10)] == [due.pk]
+
+    def test_claim_batch_stops_at_limit(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 5)
+        assert len(leases.claim(None, "w1", 3)) == 3
+        assert len(leases.claim(None, "w1", 3)) == 2
+        assert leases.claim(None, "w1", 3) == []
+
+    def test_claim_serves_only_the_named_queues(self) -> None:
+        tasks.noop.using(queue="a").enqueue()
+        mail = tasks.noop.using(queue="mail").enqueue()
+        assert [lease.job_id for lease in leases.claim(["mail", "b"], "w1", 10)] == [mail.pk]
+
+    def test_claim_ignores_jobs_that_are_not_ready(self) -> None:
+        JobFactory(running=True)
+        JobFactory(succeeded=True)
+        JobFactory(dead=True)
+        JobFactory(cancelled=True)
+        assert leases.claim(None, "w1", 10) == []
+
+    def test_one_busy_queue_cannot_starve_another(self) -> None:
+        tasks.noop.using(queue="busy", priority=9).enqueue_many([((), {})] * 20)
+        quiet = tasks.noop.using(queue="quiet").enqueue_many([((), {})] * 2)
+        first_two = [claim_one().queue for _ in range(2)]
+        assert sorted(first_two) == ["busy", "quiet"]
+        batch = leases.claim(["busy", "quiet"], "w1", 4)
+        assert Counter(lease.queue for lease in batch) == {"busy": 3, "quiet": 1}
+        assert {job.pk for job in quiet} <= set(Job.objects.running().values_list("pk", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claimers_take_every_job_exactly_once() -> None:
+    """8 threads on their own connections race for 1,000 jobs."""
+    tasks.noop.enqueue_many([((), {})] * 1000)
+    start = threading.Barrier(8, timeout=WAIT)
+    claimed: list[list[int]] = [[] for _ in range(8)]
+
+    def drain(slot: int) -> None:
+        start.wait()
+        while batch := leases.claim(None, f"worker-{slot}", 10):
+            claimed[slot].extend(lease.job_id for lease in batch)
+
+    threads = [run_in_thread(drain, slot) for slot in range(8)]
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    everything = [job_id for ids in claimed for job_id in ids]
+    assert len(everything) == 1000
+    assert len(set(everything)) == 1000
+    assert Job.objects.running().filter(lease_token=1, attempts=1).count() == 1000
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_claim_skips_rows_locked_by_another_transaction() -> None:
+    locked, free = tasks.noop.enqueue(), tasks.noop.enqueue()
+    holding, finished = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with transaction.atomic():
+            Job.objects.select_for_update().get(pk=locked.pk)
+            holding.set()
+            finished.wait(WAIT)
+
+    holder = run_in_thread(hold_lock)
+    try:
+        assert holding.wait(WAIT)
+        got: list[leases.Lease] = []
+        claimer = run_in_thread(lambda: got.extend(leases.claim(None, "w1", 10)))
+        claimer.join(WAIT)
+        assert not claimer.is_alive(), "claim waited for a locked row"
+        assert [lease.job_id for lease in got] == [free.pk]
+    finally:
+        finished.set()
+        holder.join(WAIT)
+    assert [lease.job_id for lease in leases.claim(None, "w1", 10)] == [locked.pk]
+
+
+@pytest.mark.django_db
+class TestFencing:
+    def test_reclaim_after_expiry_has_a_larger_lease_token(self) -> None:
+        tasks.noop.enqueue()
+        first = claim_one("a")
+        expire(first.job_id)
+        assert leases.reap().retried == [first.job_id]
+        Job.objects.filter(pk=first.job_id).update(run_at=timezone.now())
+        second = claim_one("b")
+        assert second.job_id == first.job_id
+        assert second.lease_token > first.lease_token
+        assert second.attempt == 2
+
+    def test_stale_owner_changes_nothing_after_reap_and_reclaim(self) -> None:
+        tasks.noop.enqueue()
+        stale = claim_one("a")
+        expire(stale.job_id)
+        leases.reap()
+        Job.objects.filter(pk=stale.job_id).update(run_at=timezone.now())
+        current = claim_one("b")
+        before = Job.objects.get(pk=stale.job_id)
+
+        assert leases.renew([stale]) == set()
+        assert leases.complete(stale, {"from": "a"}) is False
+        assert leases.fail(stale, ErrorInfo("BOOM", "a failed"), None) is False
+        assert leases.release(stale) is False
+        after = Job.objects.get(pk=stale.job_id)
+        assert (after.state, after.worker_id, after.lease_token, after.lease_until) == (
+            before.state,
+            before.worker_id,
+            before.lease_token,
+            before.lease_until,
+        )
+        assert after.errors == before.errors
+
+        assert leases.complete(current, {"from": "b"}) is True
+        done = Job.objects.get(pk=stale.job_id)
+        assert (done.state, done.result) == (JobState.SUCCEEDED, {"from": "b"})
+        assert leases.complete(stale, {"from": "a"}) is False
+        assert Job.objects.get(pk=stale.job_id).result == {"from": "b"}
+
+    def test_an_expired_lease_cannot_complete_even_before_the_reaper_runs(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        expire(lease.job_id)
+        assert leases.complete(lease, None) is False
+        assert leases.renew([lease]) == set()
+        assert Job.objects.get(pk=lease.job_id).state == JobState.RUNNING
+
+    def test_another_worker_with_the_same_token_cannot_write(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one("a")
+        impostor = leases.Lease(**{**lease.__dict__, "worker_id": "b"})
+        assert leases.complete(impostor, None) is False
+        assert leases.renew([impostor]) == set()
+
+    def test_renew_extends_owned_leases_and_reports_lost_ones(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        kept, lost = leases.claim(None, "w1", 2)
+        Job.objects.filter(pk=kept.job_id).update(lease_until=timezone.now() + timedelta(seconds=2))
+        expire(lost.job_id)
+        assert leases.renew([kept, lost]) == {kept.job_id}
+        renewed = Job.objects.get(pk=kept.job_id).lease_until
+        assert renewed > timezone.now() + timedelta(seconds=25)
+
+    def test_lost_lease_writes_are_logged(self, caplog: pytest.LogCaptureFixture) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one("a")
+        expire(lease.job_id)
+        leases.complete(lease, None)
+        assert f"lease lost action=complete job={lease.job_id} worker=a" in caplog.text
+
+
+@pytest.mark.django_db
+class TestTransitions:
+    def test_complete_stores_result_and_finishes(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.complete(lease, [1, "two"]) is True
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.result, job.worker_id, job.lease_until) == (
+            JobState.SUCCEEDED,
+            [1, "two"],
+            None,
+            None,
+        )
+        assert job.finished_at is not None
+
+    def test_complete_refuses_a_result_that_is_not_json(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        with pytest.raises(leases.ResultNotSerializable):
+            leases.complete(lease, {1, 2})
+        assert Job.objects.get(pk=lease.job_id).state == JobState.RUNNING
+
+    def test_release_refunds_the_attempt_keeps_the_token_and_is_due_now(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.release(lease) is True
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.attempts, job.lease_token, job.errors) == (
+            JobState.READY,
+            0,
+            1,
+            [],
+        )
+        assert claim_one().lease_token == 2
+
+    def test_fail_with_retry_at_makes_the_job_ready_then(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        retry_at = timezone.now() + timedelta(minutes=5)
+        assert leases.fail(lease, ValueError("nope"), retry_at) is True
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.run_at, job.attempts, job.last_error_code) == (
+            JobState.READY,
+            retry_at,
+            1,
+            "ValueError",
+        )
+        assert job.finished_at is None
+        assert [entry["code"] for entry in job.errors] == ["ValueError"]
+        assert leases.claim(None, "w1", 1) == []
+
+    def test_fail_without_retry_at_makes_the_job_dead(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.fail(lease, ErrorInfo("CARD_DECLINED", "declined"), None) is True
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.last_error_code, job.last_error) == (
+            JobState.DEAD,
+            "CARD_DECLINED",
+            "declined",
+        )
+        assert job.finished_at is not None
+
+    def test_fail_makes_the_job_dead_when_the_budget_is_spent(self) -> None:
+        JobFactory(max_attempts=1)
+        lease = claim_one()
+        assert leases.fail(lease, ValueError("x"), timezone.now()) is True
+        assert Job.objects.get(pk=lease.job_id).state == JobState.DEAD
+
+
+@pytest.mark.django_db
+class TestReap:
+    def test_reap_returns_expired_jobs_to_ready_with_backoff(self) -> None:
+        tasks.flaky.enqueue("x")
+        lease = claim_one("a")
+        expire(lease.job_id)
+        before = timezone.now()
+        assert leases.reap() == leases.ReapResult(retried=[lease.job_id], dead=[])
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.attempts, job.lease_token, job.worker_id) == (
+            JobState.READY,
+            1,
+            1,
+            None,
+        )
+        # flaky's Backoff(base=10): the first retry waits 5 to 10 seconds.
+        assert before + timedelta(seconds=5) <= job.run_at <= timezone.now() + timedelta(seconds=10)
+        assert job.last_error_code == LEASE_EXPIRED
+        (entry,) = job.errors
+        assert (entry["attempt"], entry["worker"], entry["code"]) == (1, "a", LEASE_EXPIRED)
+
+    def test_reap_makes_the_job_dead_when_the_budget_is_spent(self) -> None:
+        JobFactory(max_attempts=1)
+        lease = claim_one()
+        expire(lease.job_id)
+        assert leases.reap() == leases.ReapResult(retried=[], dead=[lease.job_id])
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.attempts, job.last_error_code) == (JobState.DEAD, 1, LEASE_EXPIRED)
+        assert job.finished_at is not None
+
+    def test_reap_leaves_live_leases_alone(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.reap() == leases.ReapResult(retried=[], dead=[])
+        assert leases.complete(lease, None) is True
+
+    def test_reap_handles_at_most_limit_jobs(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 5)
+        expire(*(lease.job_id for lease in leases.claim(None, "w1", 5)))
+        assert len(leases.reap(limit=3).retried) == 3
+        assert len(leases.reap(limit=3).retried) == 2
+
+    def test_reap_uses_the_settings_policy_when_the_task_is_gone(self) -> None:
+        JobFactory(task="tests.nowhere.gone")
+        lease = claim_one()
+        expire(lease.job_id)
+        assert leases.reap().retried == [lease.job_id]
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_reap_skips_rows_another_reaper_holds() -> None:
+    tasks.noop.enqueue_many([((), {})] * 2)
+    held, free = leases.claim(None, "w1", 2)
+    expire(held.job_id, free.job_id)
+    holding, finished = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with transaction.atomic():
+            Job.objects.select_for_update().get(pk=held.job_id)
+            holding.set()
+            finished.wait(WAIT)
+
+    holder = run_in_thread(hold_lock)
+    try:
+        assert holding.wait(WAIT)
+        results: list[leases.ReapResult] = []
+        reaper = run_in_thread(lambda: results.append(leases.reap()))
+        reaper.join(WAIT)
+        assert not reaper.is_alive(), "reap waited for a locked row"
+        assert results == [leases.ReapResult(retried=[free.job_id], dead=[])]
+    finally:
+        finished.set()
+        holder.join(WAIT)
+
+
+@pytest.mark.django_db
+class TestOperatorTransitions:
+    def test_requeue_gives_dead_jobs_more_attempts_and_keeps_their_history(self) -> None:
+        dead = JobFactory(dead=True, dedupe_key="k", errors=[{"code": "X"}])
+        ready = JobFactory()
+        assert leases.requeue([dead.pk, ready.pk], 2, actor="alice") == [dead.pk]
+        dead.refresh_from_db()
+        assert (dead.state, dead.attempts, dead.max_attempts, dead.finished_at) == (
+            JobState.READY,
+            5,
+            7,
+            None,
+        )
+        assert (dead.dedupe_key, dead.errors, dead.idempotency_key) == (
+            "k",
+            [{"code": "X"}],
+            f"dbqueue-job-{dead.pk}",
+        )
+        assert dead.pk in {lease.job_id for lease in leases.claim(None, "w1", 2)}
+
+    def test_requeue_skips_a_job_whose_dedupe_key_is_active_again(self) -> None:
+        dead = JobFactory(dead=True, dedupe_key="k")
+        JobFactory(dedupe_key="k")
+        assert leases.requeue([dead.pk], 1, actor="alice") == []
+        assert Job.objects.get(pk=dead.pk).state == JobState.DEAD
+
+    def test_requeue_needs_at_least_one_extra_attempt(self) -> None:
+        with pytest.raises(ValueError, match="extra_attempts"):
+            leases.requeue([1], 0, actor="alice")
+
+    def test_cancel_changes_only_ready_jobs(self) -> None:
+        ready = JobFactory()
+        running = JobFactory(running=True)
+        dead = JobFactory(dead=True)
+        assert leases.cancel([ready.pk, running.pk, dead.pk]) == [ready.pk]
+        states = dict(Job.objects.values_list("pk", "state"))
+        assert states == {
+            ready.pk: JobState.CANCELLED,
+            running.pk: JobState.RUNNING,
+            dead.pk: JobState.DEAD,
+        }
+        assert Job.objects.get(pk=ready.pk).finished_at is not None
