@@ -52,10 +52,11 @@ def check_settings(**_: Any) -> list[CheckMessage]:
             )
         )
     merged = {**conf.DEFAULTS, **raw}
-    if merged["DATABASE"] not in settings.DATABASES:
+    database = merged["DATABASE"]
+    if not isinstance(database, str) or database not in settings.DATABASES:
         messages.append(
             Error(
-                f"DBQUEUE['DATABASE'] is {merged['DATABASE']!r}, which is not in DATABASES.",
+                f"DBQUEUE['DATABASE'] is {database!r}, which is not an alias in DATABASES.",
                 hint=f"Use one of {sorted(settings.DATABASES)}.",
                 id="dbqueue.E002",
             )
@@ -72,7 +73,7 @@ def check_settings(**_: Any) -> list[CheckMessage]:
             )
         )
     for key in NUMBERS:
-        if not _is_number(merged[key]) or merged[key] <= 0:
+        if not (_is_number(merged[key]) and merged[key] > 0):
             messages.append(
                 Error(
                     f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a number of seconds above 0.",
@@ -148,7 +149,7 @@ def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
 def check_database(databases: Any = None, **_: Any) -> list[CheckMessage]:
     """The queue's database is one we support, and business data saves there too."""
     alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
-    if alias not in settings.DATABASES:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
         return []  # Reported by check_settings.
     connection = connections[alias]
     messages: list[CheckMessage] = []

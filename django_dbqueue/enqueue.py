@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,12 +13,18 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connections, models, transaction
 from django.db.models.signals import post_save
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from django_dbqueue import conf, signals, sql
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.tasks import EnqueueOptions, Task, check_int, check_queue_name
+from django_dbqueue.tasks import (
+    EnqueueOptions,
+    Task,
+    TaskNotFound,
+    check_int,
+    check_queue_name,
+    load_task,
+)
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
@@ -70,8 +77,8 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
 def check_importable(task: Task[..., Any]) -> None:
     """Workers import tasks by name: refuse one they could not find."""
     try:
-        found = import_string(task.name)
-    except ImportError:
+        found = load_task(task.name)
+    except TaskNotFound:
         found = None
     if found is not task:
         raise InvalidJob(
@@ -100,7 +107,8 @@ def job_options(
         "run_at": run_at,
         "delay": delay,
         "max_attempts": task.options.max_attempts or cfg.max_attempts,
-        "lease_seconds": task.options.lease or cfg.lease_seconds,
+        # The column holds whole seconds; a lease is never shorter than asked for.
+        "lease_seconds": math.ceil(task.options.lease or cfg.lease_seconds),
         "dedupe_key": dedupe_key(options.dedupe_key),
         "subject_type_id": subject_type_id,
         "subject_id": subject_id,

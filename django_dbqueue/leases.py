@@ -26,7 +26,7 @@ from django.utils import timezone
 from django_dbqueue import conf, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
 from django_dbqueue.models import JobState
-from django_dbqueue.tasks import load_task
+from django_dbqueue.tasks import TaskNotFound, load_task
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,8 @@ def complete(lease: Lease, result: object) -> bool:
     ``ResultNotSerializable`` (writing nothing) when ``result`` is not JSON.
     """
     try:
-        encoded = json.dumps(result, allow_nan=False)
+        # None is stored as SQL NULL, as Django's JSONField does.
+        encoded = None if result is None else json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ResultNotSerializable(
             f"job {lease.job_id} returned {type(result).__name__}: {exc}"
@@ -254,7 +255,7 @@ def _expiry_row(
 def _delay(task: str, attempt: int) -> timedelta:
     try:
         backoff = load_task(task).backoff
-    except (ImportError, TypeError):
+    except TaskNotFound:
         backoff = conf.get().backoff
     return timedelta(seconds=backoff.delay(attempt))
 

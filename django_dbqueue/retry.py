@@ -21,13 +21,16 @@ class Backoff:
     cap: float = 3600
 
     def __post_init__(self) -> None:
-        if self.base <= 0 or self.factor < 1 or self.cap <= 0:
+        # Written so that NaN fails too.
+        if not (self.base > 0 and self.factor >= 1 and self.cap > 0):
             raise ValueError(f"{self!r} is invalid: base and cap must be > 0 and factor >= 1.")
 
     def ceiling(self, attempt: int) -> float:
         """The un-jittered delay ``d`` after failed attempt ``attempt`` (1-based)."""
         if attempt < 1:
             raise ValueError(f"attempt must be 1 or more, not {attempt}.")
+        if self.factor == 1:
+            return min(self.cap, self.base)
         # Step up to the cap instead of computing factor ** n, which overflows.
         delay = self.base
         for _ in range(attempt - 1):

@@ -41,7 +41,7 @@ class TaskOptions:
     queue: str | None = None
     priority: int = 0
     max_attempts: int | None = None
-    lease: int | None = None
+    lease: float | None = None
     timeout: float | None = None
     retry: Backoff | None = None
     give_up_on: tuple[type[BaseException], ...] = ()
@@ -169,7 +169,7 @@ def task(
     queue: str | None = None,
     priority: int = 0,
     max_attempts: int | None = None,
-    lease: int | None = None,
+    lease: float | None = None,
     timeout: float | None = None,
     retry: Backoff | None = None,
     give_up_on: Iterable[type[BaseException]] = (),
@@ -182,7 +182,7 @@ def task(
     queue: str | None = None,
     priority: int = 0,
     max_attempts: int | None = None,
-    lease: int | None = None,
+    lease: float | None = None,
     timeout: float | None = None,
     retry: Backoff | None = None,
     give_up_on: Iterable[type[BaseException]] = (),
@@ -190,7 +190,7 @@ def task(
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Declare a background task: ``@task`` or ``@task(queue="mail", ...)``.
 
-    ``max_attempts``, ``lease`` (seconds) and ``retry`` default to the
+    ``max_attempts``, ``lease`` (seconds, rounded up to whole seconds) and ``retry`` default to the
     ``DBQUEUE`` settings when the job is enqueued or retried. ``give_up_on``
     exception types make a failure permanent. Bad options raise ``InvalidJob``
     at import time.
@@ -213,11 +213,9 @@ def validate_task_options(options: TaskOptions) -> None:
     if options.max_attempts is not None:
         check_int("max_attempts", options.max_attempts, 1)
     if options.lease is not None:
-        check_int("lease", options.lease, 1)
-    if options.timeout is not None and not (
-        isinstance(options.timeout, (int, float)) and options.timeout > 0
-    ):
-        raise InvalidJob(f"timeout must be a positive number of seconds, not {options.timeout!r}.")
+        check_seconds("lease", options.lease)
+    if options.timeout is not None:
+        check_seconds("timeout", options.timeout)
     if options.retry is not None and not isinstance(options.retry, Backoff):
         raise InvalidJob(f"retry must be a Backoff(...), not {options.retry!r}.")
     for kind in options.give_up_on:
@@ -234,6 +232,13 @@ def check_queue_name(queue: object) -> str:
     return queue
 
 
+def check_seconds(name: str, value: object) -> float:
+    """Return ``value`` if it is a positive number of seconds, else raise ``InvalidJob``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= INT_MAX:
+        raise InvalidJob(f"{name} must be a positive number of seconds, not {value!r}.")
+    return value
+
+
 def check_int(name: str, value: object, minimum: int) -> int:
     """Return ``value`` if it is an int in ``[minimum, INT_MAX]``, else raise ``InvalidJob``."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT_MAX:
@@ -243,13 +248,22 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+class TaskNotFound(LookupError):
+    """No django_dbqueue task can be loaded from a job's import path."""
+
+
 def load_task(path: str) -> Task[..., Any]:
     """The ``Task`` at import path ``path``.
 
-    Raises ``ImportError`` when nothing importable is there and ``TypeError``
-    when it is not a django_dbqueue task.
+    Raises ``TaskNotFound`` when nothing importable is there, when importing
+    its module fails in any way (it runs the project's code), or when the
+    object found is not a django_dbqueue task.
     """
-    found = import_string(path)
+    try:
+        found = import_string(path)
+    # Importing runs the module's own code, which may raise anything.
+    except Exception as exc:
+        raise TaskNotFound(f"{path} cannot be imported: {type(exc).__name__}: {exc}") from exc
     if not isinstance(found, Task):
-        raise TypeError(f"{path} is {type(found).__name__}, not a django_dbqueue @task.")
+        raise TaskNotFound(f"{path} is {type(found).__name__}, not a django_dbqueue @task.")
     return found

@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL (DATABASE_URL points elsewhere)")
     for item in items:
-        if "postgresql" in item.keywords:
+        if item.get_closest_marker("postgresql") is not None:
             item.add_marker(skip)
 
 

@@ -24,7 +24,7 @@ from django_dbqueue.errors import (
     ErrorInfo,
 )
 from django_dbqueue.exceptions import LeaseLost, PermanentError, Retry
-from django_dbqueue.tasks import Task, load_task
+from django_dbqueue.tasks import Task, TaskNotFound, load_task
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
 def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
     try:
         task = load_task(lease.task)
-    except (ImportError, TypeError) as exc:
+    except TaskNotFound as exc:
         return _give_up(lease, ErrorInfo.from_exception(exc, TASK_NOT_FOUND))
     try:
         bound = task.bind(lease.args, lease.kwargs, context)
