@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
+from pytest_django import Settings
 
 from django_dbqueue import leases
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
@@ -68,6 +69,11 @@ class TestClaim:
             {"copy": True},
         )
         assert (lease.max_attempts, lease.lease_seconds, lease.queue) == (3, 20, "mail")
+
+    def test_fractional_lease_seconds_round_up_to_whole_seconds(self, settings: Settings) -> None:
+        settings.DBQUEUE = {"LEASE_SECONDS": 1.5}
+        tasks.noop.enqueue()
+        assert claim_one().lease_seconds == 2
 
     def test_claim_takes_higher_priority_first_then_older_run_at(self) -> None:
         now = timezone.now()

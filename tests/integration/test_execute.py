@@ -1,0 +1,538 @@
+"""``worker.execute``: one claimed job run end to end, its outcome read back from the row."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_dbqueue import JobContext, leases
+from django_dbqueue.errors import (
+    BAD_ARGUMENTS,
+    HISTORY_LIMIT,
+    LAST_ERROR_LIMIT,
+    LEASE_EXPIRED,
+    MESSAGE_LIMIT,
+    RESULT_NOT_SERIALIZABLE,
+    RETRY,
+    TASK_NOT_FOUND,
+)
+from django_dbqueue.models import Job, JobState
+from django_dbqueue.worker.execute import Outcome, execute
+from tests import execute_tasks, tasks
+from tests.factories import JobFactory
+
+HISTORY_KEYS = {"attempt", "worker", "at", "code", "message", "traceback"}
+OUTCOME_LINE = "job id="
+
+
+@pytest.fixture(autouse=True)
+def _clear_execute_tasks() -> Iterator[None]:
+    execute_tasks.HOOKS.clear()
+    execute_tasks.SEEN.clear()
+    yield
+    execute_tasks.HOOKS.clear()
+    execute_tasks.SEEN.clear()
+
+
+def claim(job: Job | int, worker_id: str = "worker-a") -> leases.Lease:
+    """Claim exactly this job (it must be due) for ``worker_id``."""
+    job_id = job if isinstance(job, int) else job.pk
+    queue = Job.objects.values_list("queue", flat=True).get(pk=job_id)
+    claimed = leases.claim([queue], worker_id, 10)
+    assert [lease.job_id for lease in claimed] == [job_id]
+    return claimed[0]
+
+
+def make_due(job_id: int) -> None:
+    """Skip the backoff wait: the job is due now."""
+    Job.objects.filter(pk=job_id).update(run_at=timezone.now() - timedelta(seconds=1))
+
+
+def expire(job_id: int) -> None:
+    """Move the lease into the past, as if its worker had stalled."""
+    Job.objects.filter(pk=job_id).update(lease_until=timezone.now() - timedelta(seconds=1))
+
+
+def steal(job_id: int, worker_id: str = "worker-b") -> leases.Lease:
+    """Let the lease expire, reap it, and claim the job again as another worker."""
+    expire(job_id)
+    assert job_id in leases.reap().retried
+    make_due(job_id)
+    return claim(job_id, worker_id)
+
+
+def run_again(job_id: int, worker_id: str = "worker-a") -> Outcome:
+    """Make a retried job due, claim it and execute it."""
+    make_due(job_id)
+    return execute(claim(job_id, worker_id))
+
+
+def row(job_id: int) -> dict[str, Any]:
+    """Every column of the job as stored."""
+    return Job.objects.filter(pk=job_id).values().get()
+
+
+def parse_at(entry: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(entry["at"])
+
+
+def outcome_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, str]]:
+    """The key=value fields of every per-job outcome line logged."""
+    return [
+        dict(part.split("=", 1) for part in record.getMessage().split()[1:])
+        for record in caplog.records
+        if record.name.startswith("django_dbqueue") and record.getMessage().startswith(OUTCOME_LINE)
+    ]
+
+
+@pytest.mark.django_db
+class TestSuccess:
+    def test_success_stores_json_result_and_clears_the_lease(self) -> None:
+        job = tasks.send_invoice.enqueue(7, copy=True)
+        started = timezone.now()
+        outcome = execute(claim(job))
+        finished = timezone.now()
+        job.refresh_from_db()
+        assert outcome is Outcome.SUCCEEDED
+        assert job.state == JobState.SUCCEEDED
+        assert job.result == {"order": 7, "copy": True}
+        assert job.finished_at is not None
+        assert started - timedelta(seconds=1) <= job.finished_at <= finished + timedelta(seconds=1)
+        assert (job.worker_id, job.lease_until) == (None, None)
+        assert (job.attempts, job.lease_token) == (1, 1)
+        assert (job.last_error_code, job.last_error, job.errors) == ("", "", [])
+        assert tasks.CALLS == [("send_invoice", 7)]
+
+    def test_task_returning_none_stores_null_result(self) -> None:
+        job = tasks.noop.enqueue()
+        assert execute(claim(job)) is Outcome.SUCCEEDED
+        job.refresh_from_db()
+        assert job.state == JobState.SUCCEEDED
+        assert job.result is None
+        assert tasks.CALLS == [("noop", None)]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_success_and_retry_are_committed_outside_any_atomic_block(self) -> None:
+        done = tasks.send_invoice.enqueue(1)
+        failing = tasks.flaky.enqueue("down")
+        assert execute(claim(done)) is Outcome.SUCCEEDED
+        assert execute(claim(failing)) is Outcome.RETRIED
+        assert Job.objects.get(pk=done.pk).state == JobState.SUCCEEDED
+        assert Job.objects.get(pk=failing.pk).state == JobState.READY
+
+
+@pytest.mark.django_db
+class TestContext:
+    def test_context_task_receives_its_job_identity(self) -> None:
+        job = tasks.with_context.enqueue("hello")
+        assert execute(claim(job, "worker-ctx")) is Outcome.SUCCEEDED
+        job.refresh_from_db()
+        assert job.state == JobState.SUCCEEDED
+        assert job.result == {
+            "label": "hello",
+            "job_id": job.pk,
+            "attempt": 1,
+            "max_attempts": job.max_attempts,
+            "worker_id": "worker-ctx",
+            "idempotency_key": f"dbqueue-job-{job.pk}",
+        }
+
+    def test_idempotency_key_is_the_same_on_a_later_attempt_by_another_worker(self) -> None:
+        job = execute_tasks.whoami.enqueue()
+        claim(job, "worker-a")
+        lease_b = steal(job.pk, "worker-b")
+        assert execute(lease_b) is Outcome.SUCCEEDED
+        job.refresh_from_db()
+        assert job.result == {
+            "worker_id": "worker-b",
+            "attempt": 2,
+            "idempotency_key": f"dbqueue-job-{job.pk}",
+        }
+
+    def test_heartbeat_renews_a_live_lease(self) -> None:
+        job = execute_tasks.heartbeat_after_hooks.enqueue()
+
+        def shorten_lease(context: JobContext) -> None:
+            Job.objects.filter(pk=context.job_id).update(
+                lease_until=timezone.now() + timedelta(seconds=2)
+            )
+
+        execute_tasks.HOOKS.append(shorten_lease)
+        lease = claim(job)
+        context = JobContext(lease)
+        started = timezone.now()
+        assert execute(lease, context) is Outcome.SUCCEEDED
+        (seen,) = execute_tasks.SEEN
+        assert seen["lease_until"] >= started + timedelta(seconds=29)
+        assert seen["lease_lost"] is False
+        assert not context.lease_lost.is_set()
+        job.refresh_from_db()
+        assert (job.state, job.result) == (JobState.SUCCEEDED, "renewed")
+
+    def test_heartbeat_after_the_lease_was_reclaimed_raises_lease_lost_and_writes_nothing(
+        self,
+    ) -> None:
+        job = execute_tasks.heartbeat_after_hooks.enqueue()
+        new_owner: list[dict[str, Any]] = []
+
+        def reclaim_by_another_worker(context: JobContext) -> None:
+            steal(context.job_id, "worker-b")
+            new_owner.append(row(context.job_id))
+
+        execute_tasks.HOOKS.append(reclaim_by_another_worker)
+        lease = claim(job, "worker-a")
+        context = JobContext(lease)
+        assert execute(lease, context) is Outcome.LEASE_LOST
+        assert execute_tasks.SEEN == [{"raised": "LeaseLost", "lease_lost": True}]
+        assert context.lease_lost.is_set()
+        (snapshot,) = new_owner
+        assert row(job.pk) == snapshot
+        assert (snapshot["state"], snapshot["worker_id"]) == (JobState.RUNNING, "worker-b")
+        assert (snapshot["lease_token"], snapshot["attempts"]) == (2, 2)
+        assert [entry["code"] for entry in snapshot["errors"]] == [LEASE_EXPIRED]
+
+
+@pytest.mark.django_db
+class TestRetryOnException:
+    def test_exception_schedules_a_retry_within_the_backoff_bounds(self) -> None:
+        job = tasks.flaky.enqueue("smtp down")
+        t0 = timezone.now()
+        outcome = execute(claim(job, "worker-a"))
+        t1 = timezone.now()
+        job.refresh_from_db()
+        assert outcome is Outcome.RETRIED
+        assert job.state == JobState.READY
+        assert (job.attempts, job.max_attempts) == (1, 3)
+        assert t0 + timedelta(seconds=5) <= job.run_at <= t1 + timedelta(seconds=10)
+        assert (job.worker_id, job.lease_until, job.finished_at) == (None, None, None)
+        assert job.last_error_code == "ConnectionError"
+        assert job.last_error.startswith("Traceback (most recent call last):")
+        assert job.last_error.rstrip().endswith("ConnectionError: smtp down")
+        (entry,) = job.errors
+        assert set(entry) == HISTORY_KEYS
+        assert (entry["attempt"], entry["worker"], entry["code"]) == (
+            1,
+            "worker-a",
+            "ConnectionError",
+        )
+        assert entry["message"] == "ConnectionError: smtp down"
+        assert "raise ConnectionError(message)" in entry["traceback"]
+        assert t0 <= parse_at(entry) <= t1
+
+    def test_exception_is_retried_until_the_budget_is_spent_then_dead(self) -> None:
+        job = tasks.flaky.enqueue("still down")
+        delays = []
+        for attempt in (1, 2):
+            t0 = timezone.now()
+            assert (execute(claim(job, f"worker-{attempt}"))) is Outcome.RETRIED
+            t1 = timezone.now()
+            job.refresh_from_db()
+            assert (job.state, job.attempts) == (JobState.READY, attempt)
+            delays.append((job.run_at - t1, job.run_at - t0))
+            make_due(job.pk)
+        # Backoff(base=10, factor=2, cap=60): attempt 1 waits 5-10 s, attempt 2 waits 10-20 s.
+        assert timedelta(seconds=5) <= delays[0][1]
+        assert delays[0][0] <= timedelta(seconds=10)
+        assert timedelta(seconds=10) <= delays[1][1]
+        assert delays[1][0] <= timedelta(seconds=20)
+
+        assert execute(claim(job, "worker-3")) is Outcome.DEAD
+        job.refresh_from_db()
+        assert job.state == JobState.DEAD
+        assert job.finished_at is not None
+        assert job.attempts == job.max_attempts == 3
+        assert (job.worker_id, job.lease_until) == (None, None)
+        assert job.last_error_code == "ConnectionError"
+        assert [(e["attempt"], e["worker"], e["code"]) for e in job.errors] == [
+            (1, "worker-1", "ConnectionError"),
+            (2, "worker-2", "ConnectionError"),
+            (3, "worker-3", "ConnectionError"),
+        ]
+        assert all(set(entry) == HISTORY_KEYS for entry in job.errors)
+
+    def test_type_error_inside_the_task_body_is_retried_not_bad_arguments(self) -> None:
+        job = execute_tasks.raises_type_error.enqueue()
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert (job.state, job.last_error_code) == (JobState.READY, "TypeError")
+
+
+@pytest.mark.django_db
+class TestRetryRequested:
+    def test_retry_with_delay_schedules_the_job_that_far_ahead(self) -> None:
+        job = tasks.asks_retry.enqueue(30)
+        t0 = timezone.now()
+        assert execute(claim(job)) is Outcome.RETRIED
+        t1 = timezone.now()
+        job.refresh_from_db()
+        assert job.state == JobState.READY
+        assert job.attempts == 1
+        assert t0 + timedelta(seconds=30) <= job.run_at <= t1 + timedelta(seconds=30)
+        assert job.last_error_code == RETRY
+        (entry,) = job.errors
+        assert (entry["attempt"], entry["code"]) == (1, RETRY)
+
+    def test_retry_without_delay_uses_the_task_backoff(self) -> None:
+        job = tasks.asks_retry.enqueue(None)
+        t0 = timezone.now()
+        assert execute(claim(job)) is Outcome.RETRIED
+        t1 = timezone.now()
+        job.refresh_from_db()
+        # The settings' policy (base 2): attempt 1 waits 1-2 s.
+        assert t0 + timedelta(seconds=1) <= job.run_at <= t1 + timedelta(seconds=2)
+        assert job.last_error_code == RETRY
+
+    def test_retry_consumes_attempts_and_dies_with_code_retry_at_budget_end(self) -> None:
+        job = tasks.asks_retry.enqueue(5)
+        assert execute(claim(job)) is Outcome.RETRIED
+        assert run_again(job.pk) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert (job.state, job.attempts) == (JobState.READY, 2)
+        assert run_again(job.pk) is Outcome.DEAD
+        job.refresh_from_db()
+        assert job.state == JobState.DEAD
+        assert job.attempts == job.max_attempts == 3
+        assert job.finished_at is not None
+        assert job.last_error_code == RETRY
+        assert [(e["attempt"], e["code"]) for e in job.errors] == [
+            (1, RETRY),
+            (2, RETRY),
+            (3, RETRY),
+        ]
+
+
+@pytest.mark.django_db
+class TestGiveUp:
+    def test_permanent_error_makes_the_job_dead_on_the_first_attempt(self) -> None:
+        job = tasks.permanent.enqueue()
+        assert execute(claim(job)) is Outcome.DEAD
+        job.refresh_from_db()
+        assert job.state == JobState.DEAD
+        assert (job.attempts, job.max_attempts) == (1, 5)
+        assert job.finished_at is not None
+        assert (job.worker_id, job.lease_until) == (None, None)
+        assert job.last_error_code == "PERMANENT_ERROR"
+        assert "the card was declined" in job.last_error
+        (entry,) = job.errors
+        assert (entry["attempt"], entry["code"]) == (1, "PERMANENT_ERROR")
+        assert entry["message"] == "PermanentError: the card was declined"
+
+    def test_give_up_on_exception_type_makes_the_job_dead_at_once(self) -> None:
+        job = tasks.missing_key.enqueue()
+        assert execute(claim(job)) is Outcome.DEAD
+        job.refresh_from_db()
+        assert job.state == JobState.DEAD
+        assert (job.attempts, job.max_attempts) == (1, 5)
+        assert job.last_error_code == "KeyError"
+        assert job.finished_at is not None
+
+    @pytest.mark.parametrize(
+        "path",
+        ["tests.nowhere.gone", "tests.tasks.does_not_exist", "tests.tasks.plain_function"],
+        ids=["missing-module", "missing-attribute", "plain-function"],
+    )
+    def test_task_that_cannot_be_loaded_is_dead_with_task_not_found(self, path: str) -> None:
+        job = JobFactory(task=path)
+        outcome = execute(claim(job))
+        job.refresh_from_db()
+        assert outcome is Outcome.DEAD
+        assert job.state == JobState.DEAD
+        assert job.attempts == 1
+        assert job.finished_at is not None
+        assert job.last_error_code == TASK_NOT_FOUND
+        assert [entry["code"] for entry in job.errors] == [TASK_NOT_FOUND]
+
+    @pytest.mark.parametrize(
+        "source",
+        [
+            "from django.core.exceptions import ImproperlyConfigured\n"
+            "raise ImproperlyConfigured('STRIPE_KEY is not set')\n",
+            "def broken(:\n    pass\n",
+        ],
+        ids=["raises-on-import", "syntax-error"],
+    )
+    def test_task_module_that_fails_to_import_is_dead_with_task_not_found(
+        self, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        module = "executetests_broken_tasks"
+        (tmp_path / f"{module}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        job = JobFactory(task=f"{module}.charge")
+        outcome = execute(claim(job))
+        job.refresh_from_db()
+        assert outcome is Outcome.DEAD
+        assert (job.state, job.last_error_code) == (JobState.DEAD, TASK_NOT_FOUND)
+
+    @pytest.mark.parametrize(
+        ("task", "args", "kwargs"),
+        [
+            ("tests.tasks.send_invoice", [1, 2, 3], {}),
+            ("tests.tasks.send_invoice", [1], {"unknown": True}),
+            ("tests.tasks.send_invoice", [], {}),
+            ("tests.tasks.with_context", [], {}),
+        ],
+        ids=["too-many-args", "unknown-kwarg", "missing-arg", "context-task-missing-arg"],
+    )
+    def test_arguments_that_do_not_bind_make_the_job_dead_with_bad_arguments(
+        self, task: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> None:
+        job = JobFactory(task=task, args=args, kwargs=kwargs)
+        assert execute(claim(job)) is Outcome.DEAD
+        job.refresh_from_db()
+        assert job.state == JobState.DEAD
+        assert job.attempts == 1
+        assert job.last_error_code == BAD_ARGUMENTS
+        assert [entry["code"] for entry in job.errors] == [BAD_ARGUMENTS]
+        assert tasks.CALLS == []
+
+    @pytest.mark.parametrize(
+        "task",
+        [tasks.returns_unserializable, execute_tasks.returns_nan],
+        ids=["module-object", "nan"],
+    )
+    def test_result_that_is_not_json_makes_the_job_dead_without_a_result(self, task: Any) -> None:
+        job = task.enqueue()
+        assert execute(claim(job)) is Outcome.DEAD
+        job.refresh_from_db()
+        assert job.state == JobState.DEAD
+        assert job.last_error_code == RESULT_NOT_SERIALIZABLE
+        assert job.result is None
+        assert job.finished_at is not None
+
+
+@pytest.mark.django_db
+class TestBounds:
+    def test_huge_error_is_stored_within_the_size_limits(self) -> None:
+        message = "start:" + "x" * 10_000 + ":end"
+        job = execute_tasks.overflowing_error.enqueue(60, message)
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert len(job.last_error) <= LAST_ERROR_LIMIT
+        assert job.last_error.endswith(":end\n")
+        (entry,) = job.errors
+        assert len(entry["message"]) <= MESSAGE_LIMIT
+        assert entry["message"].startswith("ValueError: start:xxx")
+        assert len(entry["traceback"]) <= LAST_ERROR_LIMIT
+
+    def test_deep_traceback_keeps_its_end_where_the_error_was_raised(self) -> None:
+        job = execute_tasks.overflowing_error.enqueue(150, "bottom of the stack")
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert len(job.last_error) == LAST_ERROR_LIMIT
+        assert not job.last_error.startswith("Traceback")
+        assert job.last_error.endswith(
+            "raise ValueError(message)\nValueError: bottom of the stack\n"
+        )
+        (entry,) = job.errors
+        assert entry["traceback"] == job.last_error
+
+    def test_history_keeps_only_the_last_entries(self) -> None:
+        job = execute_tasks.always_fails.enqueue("sync")
+        outcomes = [execute(claim(job))]
+        outcomes += [run_again(job.pk, f"worker-{n}") for n in range(2, 13)]
+        assert outcomes == [Outcome.RETRIED] * 11 + [Outcome.DEAD]
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.max_attempts) == (JobState.DEAD, 12, 12)
+        assert len(job.errors) == HISTORY_LIMIT == 10
+        assert [entry["attempt"] for entry in job.errors] == list(range(3, 13))
+        assert job.errors[-1]["worker"] == "worker-12"
+
+
+@pytest.mark.django_db
+class TestStaleWorker:
+    def test_stale_success_after_new_owner_finished_changes_nothing(self) -> None:
+        job = execute_tasks.whoami.enqueue()
+        lease_a = claim(job, "worker-a")
+        lease_b = steal(job.pk, "worker-b")
+        assert execute(lease_b) is Outcome.SUCCEEDED
+        settled = row(job.pk)
+        assert execute(lease_a) is Outcome.LEASE_LOST
+        assert row(job.pk) == settled
+        assert settled["state"] == JobState.SUCCEEDED
+        assert settled["result"]["worker_id"] == "worker-b"
+        assert [(e["worker"], e["code"]) for e in settled["errors"]] == [
+            ("worker-a", LEASE_EXPIRED)
+        ]
+
+    def test_stale_success_while_new_owner_runs_changes_nothing(self) -> None:
+        job = tasks.send_invoice.enqueue(9)
+        lease_a = claim(job, "worker-a")
+        lease_b = steal(job.pk, "worker-b")
+        running = row(job.pk)
+        assert execute(lease_a) is Outcome.LEASE_LOST
+        assert row(job.pk) == running
+        assert tasks.CALLS == [("send_invoice", 9)]
+        assert execute(lease_b) is Outcome.SUCCEEDED
+        assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+
+    @pytest.mark.parametrize("task", [tasks.flaky, tasks.permanent], ids=["retry", "give-up"])
+    @pytest.mark.parametrize("new_owner_done", [False, True], ids=["b-running", "b-finished"])
+    def test_stale_failure_changes_nothing(self, task: Any, new_owner_done: bool) -> None:
+        job = task.enqueue("boom") if task is tasks.flaky else task.enqueue()
+        lease_a = claim(job, "worker-a")
+        lease_b = steal(job.pk, "worker-b")
+        if new_owner_done:
+            assert execute(lease_b) in (Outcome.RETRIED, Outcome.DEAD)
+        before = row(job.pk)
+        assert execute(lease_a) is Outcome.LEASE_LOST
+        assert row(job.pk) == before
+        if not new_owner_done:
+            assert leases.renew([lease_b]) == {job.pk}
+
+    @pytest.mark.parametrize("task", [tasks.noop, tasks.permanent], ids=["success", "failure"])
+    def test_expired_lease_nobody_reclaimed_cannot_settle(self, task: Any) -> None:
+        job = task.enqueue()
+        lease = claim(job)
+        expire(job.pk)
+        before = row(job.pk)
+        assert execute(lease) is Outcome.LEASE_LOST
+        assert row(job.pk) == before
+        assert before["state"] == JobState.RUNNING
+
+
+@pytest.mark.django_db
+class TestOutcomeLog:
+    @pytest.mark.parametrize(
+        ("task", "args", "outcome", "attempt"),
+        [
+            (tasks.send_invoice, (4,), "succeeded", "1/3"),
+            (tasks.flaky, ("down",), "retried", "1/3"),
+            (tasks.permanent, (), "dead", "1/5"),
+        ],
+        ids=["succeeded", "retried", "dead"],
+    )
+    def test_one_outcome_line_per_job(
+        self,
+        caplog: pytest.LogCaptureFixture,
+        task: Any,
+        args: tuple[Any, ...],
+        outcome: str,
+        attempt: str,
+    ) -> None:
+        caplog.set_level(logging.INFO, logger="django_dbqueue")
+        job = task.enqueue(*args)
+        execute(claim(job))
+        (line,) = outcome_lines(caplog)
+        assert line["id"] == str(job.pk)
+        assert line["task"] == task.name
+        assert line["attempt"] == attempt
+        assert re.fullmatch(r"\d+\.\d+s", line["duration"])
+        assert line["outcome"] == outcome
+
+    def test_lost_lease_is_logged_as_the_outcome(self, caplog: pytest.LogCaptureFixture) -> None:
+        job = tasks.noop.enqueue()
+        lease_a = claim(job, "worker-a")
+        steal(job.pk, "worker-b")
+        caplog.set_level(logging.INFO, logger="django_dbqueue")
+        execute(lease_a)
+        (line,) = outcome_lines(caplog)
+        assert (line["id"], line["attempt"], line["outcome"]) == (str(job.pk), "1/5", "lease_lost")

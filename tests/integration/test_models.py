@@ -1,0 +1,235 @@
+"""The ``Job`` model: database constraints, partial indexes, queryset filters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.utils.timezone import now
+
+from django_dbqueue.models import Job, JobState
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+TRAITS = ("running", "succeeded", "dead", "cancelled")
+
+
+@contextmanager
+def rejected(constraint: str) -> Iterator[None]:
+    """Expect the database to refuse the write, naming ``constraint``.
+
+    The savepoint keeps the test's transaction usable after the error.
+    """
+    with pytest.raises(IntegrityError, match=constraint), transaction.atomic():
+        yield
+
+
+def update(job: Job, **values: Any) -> None:
+    Job.objects.filter(pk=job.pk).update(**values)
+
+
+def test_invalid_state_is_rejected() -> None:
+    job = JobFactory()
+
+    # The finish shape also rejects a state outside both of its lists; either may report first.
+    with rejected("dbqueue_job_state_valid|dbqueue_job_finish_shape"):
+        update(job, state="paused")
+
+
+def test_attempts_above_max_attempts_are_rejected() -> None:
+    job = JobFactory(max_attempts=3)
+
+    with rejected("dbqueue_job_attempts_within_budget"):
+        update(job, attempts=4)
+    update(job, attempts=3)
+
+
+def test_zero_max_attempts_is_rejected() -> None:
+    job = JobFactory()
+
+    with rejected("dbqueue_job_max_attempts_positive"):
+        update(job, max_attempts=0)
+
+
+@pytest.mark.parametrize("missing", ["worker_id", "lease_until"])
+def test_running_job_needs_worker_id_and_lease_until(missing: str) -> None:
+    job = JobFactory(running=True)
+
+    with rejected("dbqueue_job_claim_shape"):
+        update(job, **{missing: None})
+
+
+@pytest.mark.parametrize("field", ["worker_id", "lease_until"])
+@pytest.mark.parametrize("trait", [None, "succeeded", "dead"])
+def test_job_that_is_not_running_holds_no_lease(trait: str | None, field: str) -> None:
+    job = JobFactory(**({trait: True} if trait else {}))
+    value = {"worker_id": "w1", "lease_until": now() + timedelta(minutes=1)}[field]
+
+    with rejected("dbqueue_job_claim_shape"):
+        update(job, **{field: value})
+
+
+@pytest.mark.parametrize("trait", ["succeeded", "dead", "cancelled"])
+def test_terminal_job_needs_finished_at(trait: str) -> None:
+    job = JobFactory(**{trait: True})
+
+    with rejected("dbqueue_job_finish_shape"):
+        update(job, finished_at=None)
+
+
+@pytest.mark.parametrize("trait", [None, "running"])
+def test_active_job_has_no_finished_at(trait: str | None) -> None:
+    job = JobFactory(**({trait: True} if trait else {}))
+
+    with rejected("dbqueue_job_finish_shape"):
+        update(job, finished_at=now())
+
+
+# PostgreSQL names the index; SQLite names the columns.
+DEDUPE = "dbqueue_job_active_dedupe|dbqueue_job.task, dbqueue_job.dedupe_key"
+
+
+@pytest.mark.parametrize("second", [{}, {"running": True}])
+def test_two_active_jobs_cannot_share_task_and_dedupe_key(second: dict[str, Any]) -> None:
+    JobFactory(dedupe_key="invoice:1")
+
+    with rejected(DEDUPE):
+        JobFactory(dedupe_key="invoice:1", **second)
+
+
+def test_dedupe_key_cannot_be_reused_by_moving_a_job_back_to_ready() -> None:
+    JobFactory(dedupe_key="invoice:1")
+    dead = JobFactory(dead=True, dedupe_key="invoice:1")
+
+    with rejected(DEDUPE):
+        update(dead, state=JobState.READY, finished_at=None)
+
+
+def test_finished_jobs_do_not_hold_their_dedupe_key() -> None:
+    for trait in ("succeeded", "dead", "cancelled"):
+        JobFactory(dedupe_key="invoice:1", **{trait: True})
+
+    active = JobFactory(dedupe_key="invoice:1")
+
+    assert Job.objects.filter(dedupe_key="invoice:1").count() == 4
+    assert list(Job.objects.active().filter(dedupe_key="invoice:1")) == [active]
+
+
+def test_same_dedupe_key_on_different_tasks_does_not_conflict() -> None:
+    JobFactory(task="tests.tasks.noop", dedupe_key="order:1")
+    JobFactory(task="tests.tasks.send_invoice", dedupe_key="order:1", running=True)
+
+    assert Job.objects.active().filter(dedupe_key="order:1").count() == 2
+
+
+def test_null_dedupe_keys_never_conflict() -> None:
+    JobFactory(dedupe_key=None)
+    JobFactory(dedupe_key=None)
+    JobFactory(dedupe_key=None, running=True)
+
+    assert Job.objects.active().filter(task="tests.tasks.noop").count() == 3
+
+
+@pytest.mark.parametrize("trait", [None, *TRAITS])
+def test_every_factory_trait_builds_a_valid_row(trait: str | None) -> None:
+    job = JobFactory(**({trait: True} if trait else {}))
+    job.refresh_from_db()
+
+    job.full_clean()
+    assert job.state == (trait or JobState.READY)
+    assert job.attempts <= job.max_attempts
+
+
+def test_idempotency_key_is_derived_from_the_id() -> None:
+    job = JobFactory()
+
+    assert job.idempotency_key == f"dbqueue-job-{job.pk}"
+    assert Job.objects.get(pk=job.pk).idempotency_key == job.idempotency_key
+
+
+def test_queryset_filters_select_each_lifecycle_state() -> None:
+    past, future = now() - timedelta(minutes=5), now() + timedelta(hours=1)
+    due = JobFactory(run_at=past)
+    scheduled = JobFactory(run_at=future)
+    running = JobFactory(running=True)
+    expired = JobFactory(running=True, lease_until=past)
+    succeeded = JobFactory(succeeded=True)
+    dead = JobFactory(dead=True)
+    cancelled = JobFactory(cancelled=True)
+
+    def ids(queryset: Any) -> set[int]:
+        return set(queryset.values_list("pk", flat=True))
+
+    objects = Job.objects
+    assert ids(objects.ready()) == {due.pk, scheduled.pk}
+    assert ids(objects.due()) == {due.pk}
+    assert ids(objects.scheduled()) == {scheduled.pk}
+    assert ids(objects.running()) == {running.pk, expired.pk}
+    assert ids(objects.expired()) == {expired.pk}
+    assert ids(objects.succeeded()) == {succeeded.pk}
+    assert ids(objects.dead()) == {dead.pk}
+    assert ids(objects.cancelled()) == {cancelled.pk}
+    assert ids(objects.active()) == {due.pk, scheduled.pk, running.pk, expired.pk}
+    assert ids(objects.finished()) == {succeeded.pk, dead.pk, cancelled.pk}
+
+
+def test_filters_chain_with_other_lookups() -> None:
+    JobFactory(queue="mail", run_at=now() - timedelta(seconds=1))
+    JobFactory(queue="default", run_at=now() - timedelta(seconds=1))
+
+    assert list(Job.objects.filter(queue="mail").due().values_list("queue", flat=True)) == ["mail"]
+
+
+def index_sql() -> dict[str, str]:
+    """Index name -> its definition, as the database reports it."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'dbqueue_job'"
+            )
+        else:
+            cursor.execute(
+                "SELECT name, sql FROM sqlite_master "
+                "WHERE type = 'index' AND tbl_name = 'dbqueue_job' AND sql IS NOT NULL"
+            )
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.postgresql
+def test_partial_indexes_exist_with_their_predicates_on_postgresql() -> None:
+    indexes = index_sql()
+
+    ready = indexes["dbqueue_job_ready"]
+    assert "(queue, priority DESC, run_at, id)" in ready
+    assert "WHERE ((state)::text = 'ready'::text)" in ready
+
+    lease = indexes["dbqueue_job_running_lease"]
+    assert "(lease_until)" in lease
+    assert "WHERE ((state)::text = 'running'::text)" in lease
+
+    dedupe = indexes["dbqueue_job_active_dedupe"]
+    assert dedupe.startswith("CREATE UNIQUE INDEX")
+    assert "(task, dedupe_key)" in dedupe
+    assert "'ready'" in dedupe
+    assert "'running'" in dedupe
+    assert "dedupe_key IS NOT NULL" in dedupe
+
+    assert {"dbqueue_job_finished", "dbqueue_job_subject"} <= set(indexes)
+
+
+def test_partial_indexes_exist_on_sqlite() -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("reads sqlite_master")
+    indexes = index_sql()
+
+    assert indexes["dbqueue_job_ready"].endswith("""WHERE "state" = 'ready'""")
+    assert indexes["dbqueue_job_running_lease"].endswith("""WHERE "state" = 'running'""")
+    dedupe = indexes["dbqueue_job_active_dedupe"]
+    assert dedupe.startswith("CREATE UNIQUE INDEX")
+    assert """"dedupe_key" IS NOT NULL""" in dedupe
+    assert {"dbqueue_job_finished", "dbqueue_job_subject"} <= set(indexes)

@@ -1,0 +1,322 @@
+"""System checks: one test per id, and silence for a valid configuration."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.checks import CheckMessage, run_checks
+from django.db import connections
+from pytest_django import Settings
+
+from django_dbqueue import checks
+
+
+def ids(messages: list[CheckMessage]) -> list[str]:
+    return [message.id for message in messages if message.id]
+
+
+def only(messages: list[CheckMessage], check_id: str) -> list[CheckMessage]:
+    """The messages with ``check_id``; each must say how to fix it."""
+    found = [message for message in messages if message.id == check_id]
+    assert found, f"{check_id} not in {ids(messages)}"
+    assert all(message.hint for message in found)
+    return found
+
+
+def configure(settings: Settings, **values: Any) -> None:
+    settings.DBQUEUE = {**settings.DBQUEUE, **values}
+
+
+@pytest.fixture
+def queue_alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A second alias ``queue`` on the same database, known to settings and connections."""
+    from django.conf import settings
+
+    config = dict(connections.settings["default"])
+    # DATABASES is the dict ConnectionHandler configured; replacing it via override_settings
+    # warns and is not seen by ``connections``, so add the alias to both in place.
+    monkeypatch.setitem(settings.DATABASES, "queue", config)
+    monkeypatch.setitem(connections.settings, "queue", config)
+    yield "queue"
+    with contextlib.suppress(AttributeError):  # The connection object was never created.
+        del connections["queue"]
+
+
+def test_test_settings_produce_no_messages() -> None:
+    assert checks.check_settings() == []
+    assert checks.check_database() == []
+
+
+def test_absent_dbqueue_setting_produces_no_messages(settings: Settings) -> None:
+    del settings.DBQUEUE
+
+    assert checks.check_settings() == []
+    assert checks.check_database() == []
+
+
+def test_every_default_value_is_valid(settings: Settings) -> None:
+    from django_dbqueue.conf import DEFAULTS
+
+    settings.DBQUEUE = dict(DEFAULTS)
+
+    assert checks.check_settings() == []
+
+
+def test_checks_are_registered_with_django(settings: Settings) -> None:
+    configure(settings, MAX_ATTEMPTS=0)
+
+    assert "dbqueue.E004" in ids(run_checks())
+
+
+@pytest.mark.parametrize("value", [[("MAX_ATTEMPTS", 3)], "MAX_ATTEMPTS=3", None])
+def test_e001_dbqueue_must_be_a_dict(settings: Settings, value: object) -> None:
+    settings.DBQUEUE = value
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E001"]
+    only(messages, "dbqueue.E001")
+
+
+def test_e002_database_alias_must_be_in_databases(settings: Settings) -> None:
+    configure(settings, DATABASE="missing")
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E002"]
+    (message,) = only(messages, "dbqueue.E002")
+    assert "'missing'" in message.msg
+    assert "default" in message.hint
+    # check_database leaves the report to check_settings instead of crashing.
+    assert checks.check_database() == []
+
+
+@pytest.mark.parametrize("value", [["default"], {"alias": "default"}])
+def test_e002_unhashable_database_value_is_reported_not_a_crash(
+    settings: Settings, value: object
+) -> None:
+    configure(settings, DATABASE=value)
+
+    assert ids(checks.check_settings()) == ["dbqueue.E002"]
+    assert checks.check_database() == []
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"QUEUES": "default"},
+        {"QUEUES": ["default", "two words"]},
+        {"QUEUES": ["default", 7]},
+        {"QUEUES": []},
+        {"DEFAULT_QUEUE": ""},
+        {"DEFAULT_QUEUE": "mail/eu"},
+        {"DEFAULT_QUEUE": None},
+        {"QUEUES": ["mail", "reports"]},
+    ],
+)
+def test_e003_queues_and_default_queue_must_be_valid(
+    settings: Settings, values: dict[str, Any]
+) -> None:
+    configure(settings, **values)
+
+    messages = checks.check_settings()
+
+    assert set(ids(messages)) == {"dbqueue.E003"}
+    only(messages, "dbqueue.E003")
+
+
+@pytest.mark.parametrize(
+    "values", [{"QUEUES": None}, {"QUEUES": ["default", "mail.eu", "low-prio_2"]}]
+)
+def test_valid_queues_pass(settings: Settings, values: dict[str, Any]) -> None:
+    configure(settings, **values)
+
+    assert checks.check_settings() == []
+
+
+def test_e003_default_queue_missing_from_queues_says_to_add_it(settings: Settings) -> None:
+    configure(settings, QUEUES=["mail"], DEFAULT_QUEUE="default")
+
+    (message,) = only(checks.check_settings(), "dbqueue.E003")
+
+    assert "'default' is not in" in message.msg
+    assert "Add it to QUEUES" in message.hint
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.5, "5"])
+def test_e004_max_attempts_must_be_a_whole_number_of_one_or_more(
+    settings: Settings, value: object
+) -> None:
+    configure(settings, MAX_ATTEMPTS=value)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E004"]
+    only(messages, "dbqueue.E004")
+
+
+@pytest.mark.parametrize("key", checks.NUMBERS)
+@pytest.mark.parametrize("value", [0, -3, "5", None, True])
+def test_e005_numeric_settings_must_be_positive_numbers(
+    settings: Settings, key: str, value: object
+) -> None:
+    configure(settings, **{key: value})
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E005"]
+    (message,) = only(messages, "dbqueue.E005")
+    assert key in message.msg
+
+
+def test_e005_covers_every_number_of_seconds_setting() -> None:
+    assert set(checks.NUMBERS) == {
+        "LEASE_SECONDS",
+        "RETRY_BASE",
+        "RETRY_FACTOR",
+        "RETRY_CAP",
+        "POLL_INTERVAL",
+        "REAPER_INTERVAL",
+    }
+
+
+def test_fractional_seconds_are_accepted(settings: Settings) -> None:
+    configure(settings, POLL_INTERVAL=0.5, REAPER_INTERVAL=2.5, RETRY_BASE=0.25, RETRY_CAP=90.5)
+
+    assert checks.check_settings() == []
+
+
+@pytest.mark.parametrize("value", [0.4, 1.5])
+def test_fractional_lease_seconds_are_accepted(settings: Settings, value: float) -> None:
+    # Leases are stored in whole seconds, rounded up (see test_leases).
+    configure(settings, LEASE_SECONDS=value)
+
+    assert checks.check_settings() == []
+
+
+def test_e006_retry_factor_below_one_is_rejected(settings: Settings) -> None:
+    configure(settings, RETRY_FACTOR=0.5)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E006"]
+    only(messages, "dbqueue.E006")
+
+
+def test_retry_factor_of_one_is_a_valid_constant_delay(settings: Settings) -> None:
+    configure(settings, RETRY_FACTOR=1)
+
+    assert checks.check_settings() == []
+
+
+@pytest.mark.parametrize("key", ["SUCCEEDED_RETENTION", "DEAD_RETENTION"])
+@pytest.mark.parametrize("value", [86400, "1 day", timedelta(0), timedelta(days=-1)])
+def test_e007_retention_must_be_a_positive_timedelta_or_none(
+    settings: Settings, key: str, value: object
+) -> None:
+    configure(settings, **{key: value})
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E007"]
+    (message,) = only(messages, "dbqueue.E007")
+    assert key in message.msg
+
+
+@pytest.mark.parametrize("value", [None, timedelta(hours=1)])
+def test_retention_accepts_none_and_timedeltas(settings: Settings, value: object) -> None:
+    configure(settings, SUCCEEDED_RETENTION=value, DEAD_RETENTION=value)
+
+    assert checks.check_settings() == []
+
+
+@pytest.mark.parametrize("value", ["", "db-queue", "1queue", "q" * 64, "job queue", 5])
+def test_e008_notify_channel_must_be_a_postgresql_identifier(
+    settings: Settings, value: object
+) -> None:
+    configure(settings, NOTIFY_CHANNEL=value)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E008"]
+    only(messages, "dbqueue.E008")
+
+
+def test_e009_unsupported_database_vendor_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "oracle")
+
+    messages = checks.check_database()
+
+    assert ids(messages) == ["dbqueue.E009"]
+    (message,) = only(messages, "dbqueue.E009")
+    assert "'oracle'" in message.msg
+    assert "postgresql" in message.hint
+    assert "sqlite" in message.hint
+
+
+def test_e010_sqlite_older_than_3_35_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 30, 0))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.30.0")
+
+    messages = checks.check_database()
+
+    assert ids(messages) == ["dbqueue.E010"]
+    (message,) = only(messages, "dbqueue.E010")
+    assert "3.30.0" in message.msg
+
+
+def test_sqlite_3_35_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 35, 0))
+
+    assert checks.check_database() == []
+
+
+def test_w001_queue_alias_other_than_where_business_models_save(
+    settings: Settings, queue_alias: str
+) -> None:
+    configure(settings, DATABASE=queue_alias)
+
+    messages = checks.check_database()
+
+    assert ids(messages) == ["dbqueue.W001"]
+    (message,) = only(messages, "dbqueue.W001")
+    assert "'queue'" in message.msg
+    assert "auth.Group, auth.Permission, auth.User ... save on another database" in message.msg
+    assert "Set DBQUEUE['DATABASE']" in message.hint
+    # The alias itself is valid, so check_settings has nothing to say.
+    assert checks.check_settings() == []
+
+
+class QueueRouter:
+    """Routes every write to ``queue``, where DBQUEUE['DATABASE'] points."""
+
+    def db_for_write(self, model: type, **hints: Any) -> str:
+        return "queue"
+
+
+def test_w001_is_silent_when_business_models_are_routed_to_the_queue_alias(
+    settings: Settings, queue_alias: str
+) -> None:
+    configure(settings, DATABASE=queue_alias)
+    settings.DATABASE_ROUTERS = [f"{__name__}.QueueRouter"]
+
+    assert checks.check_database() == []
+
+
+def test_w002_unknown_keys_are_reported_with_the_known_ones(settings: Settings) -> None:
+    configure(settings, LEASE=30, QUEUE="mail")
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.W002"]
+    (message,) = only(messages, "dbqueue.W002")
+    assert "'LEASE'" in message.msg
+    assert "'QUEUE'" in message.msg
+    assert "LEASE_SECONDS" in message.hint

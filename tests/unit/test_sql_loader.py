@@ -1,0 +1,69 @@
+"""The named-statement files and their loader (no database needed)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from django_dbqueue.sql import UnsupportedDatabase, parse, statements
+
+VENDORS = ("postgresql", "sqlite")
+
+
+def test_parse_splits_named_blocks_and_drops_comment_lines() -> None:
+    text = """\
+-- A file header that belongs to no statement.
+
+-- name: first
+-- What first guarantees.
+SELECT 1
+FROM a;
+
+-- name: second
+  -- an indented comment
+UPDATE b SET c = %(c)s
+RETURNING id;
+"""
+
+    assert parse(text) == {
+        "first": "SELECT 1\nFROM a",
+        "second": "UPDATE b SET c = %(c)s\nRETURNING id",
+    }
+
+
+def test_postgresql_and_sqlite_define_the_same_statement_names() -> None:
+    assert set(statements("postgresql")) == set(statements("sqlite"))
+
+
+def test_every_statement_is_non_empty_and_comment_free() -> None:
+    # One loop, not parametrize: a "postgresql" test id would trip the conftest's skip.
+    for vendor in VENDORS:
+        loaded = statements(vendor)
+        assert loaded, vendor
+        for name, sql in loaded.items():
+            comments = [line for line in sql.splitlines() if line.lstrip().startswith("--")]
+            assert sql.strip(), (vendor, name)
+            assert comments == [], (vendor, name)
+
+
+def test_vendors_take_the_same_parameters_apart_from_the_clock_and_channel() -> None:
+    def parameters(sql: str) -> set[str]:
+        return set(re.findall(r"%\((\w+)\)s", sql))
+
+    postgresql, sqlite = statements("postgresql"), statements("sqlite")
+
+    for name in postgresql:
+        # SQLite reads the clock from %(now)s; only PostgreSQL sends NOTIFY on %(channel)s.
+        assert parameters(sqlite[name]) - {"now"} == parameters(postgresql[name]) - {"channel"}, (
+            name
+        )
+
+
+def test_unknown_vendor_raises_unsupported_database_naming_supported_vendors() -> None:
+    with pytest.raises(UnsupportedDatabase, match="'oracle'") as raised:
+        statements("oracle")
+
+    assert "postgresql" in str(raised.value)
+    assert "sqlite" in str(raised.value)
+    assert isinstance(raised.value, LookupError)
