@@ -15,12 +15,12 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections, router
 
 from django_dbqueue import conf
-from django_dbqueue.tasks import QUEUE_NAME_PATTERN
+from django_dbqueue.tasks import is_queue_name
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite")
 #: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
 SQLITE_MINIMUM = (3, 35, 0)
-NUMBERS = (
+SECONDS = (
     "LEASE_SECONDS",
     "RETRY_BASE",
     "RETRY_FACTOR",
@@ -41,27 +41,75 @@ def check_settings(**_: Any) -> list[CheckMessage]:
     raw = getattr(settings, "DBQUEUE", {})
     if not isinstance(raw, dict):
         return [Error("DBQUEUE must be a dict.", hint="Write DBQUEUE = {...}.", id="dbqueue.E001")]
-    messages: list[CheckMessage] = []
-    unknown = sorted(set(raw) - set(conf.DEFAULTS))
-    if unknown:
-        messages.append(
-            Warning(
-                f"DBQUEUE has unknown keys {unknown}; they are ignored.",
-                hint=f"Known keys: {', '.join(conf.DEFAULTS)}.",
-                id="dbqueue.W002",
-            )
-        )
     merged = {**conf.DEFAULTS, **raw}
-    database = merged["DATABASE"]
-    if not isinstance(database, str) or database not in settings.DATABASES:
-        messages.append(
-            Error(
-                f"DBQUEUE['DATABASE'] is {database!r}, which is not an alias in DATABASES.",
-                hint=f"Use one of {sorted(settings.DATABASES)}.",
-                id="dbqueue.E002",
-            )
+    return [
+        *_check_keys(raw),
+        *_check_alias(merged["DATABASE"]),
+        *_check_queues(merged["QUEUES"], merged["DEFAULT_QUEUE"]),
+        *_check_numbers(merged),
+        *_check_retention(merged),
+        *_check_channel(merged["NOTIFY_CHANNEL"]),
+    ]
+
+
+def _check_keys(raw: dict[str, Any]) -> list[CheckMessage]:
+    unknown = sorted(set(raw) - set(conf.DEFAULTS))
+    if not unknown:
+        return []
+    return [
+        Warning(
+            f"DBQUEUE has unknown keys {unknown}; they are ignored.",
+            hint=f"Known keys: {', '.join(conf.DEFAULTS)}.",
+            id="dbqueue.W002",
         )
-    messages += _check_queues(merged["QUEUES"], merged["DEFAULT_QUEUE"])
+    ]
+
+
+def _check_alias(database: object) -> list[CheckMessage]:
+    if isinstance(database, str) and database in settings.DATABASES:
+        return []
+    return [
+        Error(
+            f"DBQUEUE['DATABASE'] is {database!r}, which is not an alias in DATABASES.",
+            hint=f"Use one of {sorted(settings.DATABASES)}.",
+            id="dbqueue.E002",
+        )
+    ]
+
+
+def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
+    rule = "A queue name is 1-100 letters, digits, '_', '-' or '.'."
+    listed = isinstance(queues, list) and bool(queues) and all(map(is_queue_name, queues))
+    if queues is not None and not listed:
+        return [
+            Error(
+                f"DBQUEUE['QUEUES'] is {queues!r}; it must be None (any queue) or a non-empty "
+                "list of queue names.",
+                hint=rule,
+                id="dbqueue.E003",
+            )
+        ]
+    if not is_queue_name(default_queue):
+        return [
+            Error(
+                f"DBQUEUE['DEFAULT_QUEUE'] is {default_queue!r}, which is not a valid queue name.",
+                hint=rule,
+                id="dbqueue.E003",
+            )
+        ]
+    if isinstance(queues, list) and default_queue not in queues:
+        return [
+            Error(
+                f"DBQUEUE['DEFAULT_QUEUE'] {default_queue!r} is not in DBQUEUE['QUEUES'] {queues}.",
+                hint="Add it to QUEUES or pick one of them as DEFAULT_QUEUE.",
+                id="dbqueue.E003",
+            )
+        ]
+    return []
+
+
+def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
     max_attempts = merged["MAX_ATTEMPTS"]
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         messages.append(
@@ -72,7 +120,7 @@ def check_settings(**_: Any) -> list[CheckMessage]:
                 id="dbqueue.E004",
             )
         )
-    for key in NUMBERS:
+    for key in SECONDS:
         if not (_is_number(merged[key]) and merged[key] > 0):
             messages.append(
                 Error(
@@ -89,60 +137,32 @@ def check_settings(**_: Any) -> list[CheckMessage]:
                 id="dbqueue.E006",
             )
         )
-    for key in ("SUCCEEDED_RETENTION", "DEAD_RETENTION"):
-        value = merged[key]
-        if value is not None and not (isinstance(value, timedelta) and value > timedelta(0)):
-            messages.append(
-                Error(
-                    f"DBQUEUE[{key!r}] is {value!r}; "
-                    "it must be a positive timedelta or None (keep).",
-                    hint=f"For example timedelta(days=7). The default is {conf.DEFAULTS[key]!r}.",
-                    id="dbqueue.E007",
-                )
-            )
-    channel = merged["NOTIFY_CHANNEL"]
-    if not isinstance(channel, str) or not re.fullmatch(CHANNEL_PATTERN, channel):
-        messages.append(
-            Error(
-                f"DBQUEUE['NOTIFY_CHANNEL'] is {channel!r}; it must be a PostgreSQL identifier.",
-                hint="Use up to 63 letters, digits and '_', not starting with a digit.",
-                id="dbqueue.E008",
-            )
-        )
     return messages
 
 
-def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
-    valid = isinstance(queues, list) and all(
-        isinstance(name, str) and re.fullmatch(QUEUE_NAME_PATTERN, name) for name in queues
-    )
-    if queues is not None and not (valid and queues):
-        messages.append(
-            Error(
-                f"DBQUEUE['QUEUES'] is {queues!r}; it must be None (any queue) or a non-empty "
-                "list of queue names.",
-                hint="A queue name is 1-100 letters, digits, '_', '-' or '.'.",
-                id="dbqueue.E003",
-            )
+def _check_retention(merged: dict[str, Any]) -> list[CheckMessage]:
+    return [
+        Error(
+            f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a positive timedelta or None (keep).",
+            hint=f"For example timedelta(days=7). The default is {conf.DEFAULTS[key]!r}.",
+            id="dbqueue.E007",
         )
-    if not isinstance(default_queue, str) or not re.fullmatch(QUEUE_NAME_PATTERN, default_queue):
-        messages.append(
-            Error(
-                f"DBQUEUE['DEFAULT_QUEUE'] is {default_queue!r}, which is not a valid queue name.",
-                hint="A queue name is 1-100 letters, digits, '_', '-' or '.'.",
-                id="dbqueue.E003",
-            )
+        for key in ("SUCCEEDED_RETENTION", "DEAD_RETENTION")
+        if merged[key] is not None
+        and not (isinstance(merged[key], timedelta) and merged[key] > timedelta(0))
+    ]
+
+
+def _check_channel(channel: object) -> list[CheckMessage]:
+    if isinstance(channel, str) and re.fullmatch(CHANNEL_PATTERN, channel):
+        return []
+    return [
+        Error(
+            f"DBQUEUE['NOTIFY_CHANNEL'] is {channel!r}; it must be a PostgreSQL identifier.",
+            hint="Use up to 63 letters, digits and '_', not starting with a digit.",
+            id="dbqueue.E008",
         )
-    elif valid and isinstance(queues, list) and queues and default_queue not in queues:
-        messages.append(
-            Error(
-                f"DBQUEUE['DEFAULT_QUEUE'] {default_queue!r} is not in DBQUEUE['QUEUES'] {queues}.",
-                hint="Add it to QUEUES or pick one of them as DEFAULT_QUEUE.",
-                id="dbqueue.E003",
-            )
-        )
-    return messages
+    ]
 
 
 @register(deploy=False)

@@ -28,6 +28,10 @@ from django_dbqueue.tasks import (
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
+#: The longest ``delay=`` accepted: far enough for any schedule, short of the
+#: timestamp types' limits.
+MAX_DELAY = timedelta(days=100 * 365)
+
 #: How often an enqueue with a dedupe key re-tries when the active job it
 #: collided with finished before it could be read back.
 DEDUPE_TRIES = 3
@@ -91,7 +95,9 @@ def job_options(
     task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings
 ) -> dict[str, Any]:
     """The validated column values every job of this call shares."""
-    queue = check_queue_name(options.queue or task.options.queue or cfg.default_queue)
+    queue = check_queue_name(
+        options.queue if options.queue is not None else task.options.queue or cfg.default_queue
+    )
     if cfg.queues is not None and queue not in cfg.queues:
         raise InvalidJob(
             f"Queue {queue!r} is not in DBQUEUE['QUEUES'] {cfg.queues}, so no worker would "
@@ -135,9 +141,14 @@ def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
         return options.run_at, 0.0
     delay = options.delay or 0
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds <= MAX_DELAY.total_seconds()
+    ):
         raise InvalidJob(
-            f"delay must be seconds (int or float) or a timedelta, 0 or more; not {delay!r}."
+            f"delay must be seconds (int or float) or a timedelta, from 0 to {MAX_DELAY.days} "
+            f"days; not {delay!r}."
         )
     return None, float(seconds)
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeGuard, TypeVar, overload
 
 from django.db.models import Model
 from django.utils.module_loading import import_string
@@ -223,9 +223,14 @@ def validate_task_options(options: TaskOptions) -> None:
             raise InvalidJob(f"give_up_on takes exception classes, not {kind!r}.")
 
 
+def is_queue_name(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is 1-100 letters, digits, ``_``, ``-`` or ``.``."""
+    return isinstance(value, str) and re.fullmatch(QUEUE_NAME_PATTERN, value) is not None
+
+
 def check_queue_name(queue: object) -> str:
     """Return ``queue`` if it is a valid queue name, else raise ``InvalidJob``."""
-    if not isinstance(queue, str) or not re.fullmatch(QUEUE_NAME_PATTERN, queue):
+    if not is_queue_name(queue):
         raise InvalidJob(
             f"Queue name {queue!r} is invalid: use 1-100 letters, digits, '_', '-' or '.'."
         )

@@ -87,7 +87,12 @@ def run(
 def adapt(connection: BaseDatabaseWrapper, value: object) -> object:
     """A parameter in the form the vendor's statements expect."""
     if isinstance(value, datetime):
-        return connection.ops.adapt_datetimefield_value(value)
+        adapted = connection.ops.adapt_datetimefield_value(value)
+        # Text timestamps (SQLite) compare as strings: str() drops a zero fraction, which
+        # would sort the instant before the same one stored with its fraction.
+        if isinstance(adapted, str) and "." not in adapted:
+            adapted += ".000000"
+        return adapted
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(value, default=functools.partial(_json_default, connection))
     return value
@@ -95,7 +100,7 @@ def adapt(connection: BaseDatabaseWrapper, value: object) -> object:
 
 def _json_default(connection: BaseDatabaseWrapper, value: object) -> str:
     if isinstance(value, datetime):
-        return str(connection.ops.adapt_datetimefield_value(value))
+        return str(adapt(connection, value))
     raise TypeError(f"{type(value).__name__} is not a SQL parameter")
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import TypeVar
 
 import pytest
 from django.db import connection, transaction
@@ -18,6 +21,7 @@ from tests import tasks
 from tests.factories import JobFactory
 
 WAIT = 30  # seconds any thread may take before the test fails
+T = TypeVar("T")
 
 
 def expire(*job_ids: int) -> None:
@@ -30,7 +34,9 @@ def claim_one(worker_id: str = "w1", queues: list[str] | None = None) -> leases.
     return lease
 
 
-def run_in_thread(target, *args: object) -> threading.Thread:  # type: ignore[no-untyped-def]  # test helper
+def run_in_thread(target: Callable[..., object], *args: object) -> threading.Thread:
+    """Start ``target`` on a thread with its own database connection, closed at the end."""
+
     def closing() -> None:
         try:
             target(*args)
@@ -40,6 +46,35 @@ def run_in_thread(target, *args: object) -> threading.Thread:  # type: ignore[no
     thread = threading.Thread(target=closing, daemon=True)
     thread.start()
     return thread
+
+
+@contextmanager
+def row_locked_elsewhere(job_id: int) -> Iterator[None]:
+    """Hold ``SELECT ... FOR UPDATE`` on the job from another connection meanwhile."""
+    holding, finished = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with transaction.atomic():
+            Job.objects.select_for_update().get(pk=job_id)
+            holding.set()
+            finished.wait(WAIT)
+
+    holder = run_in_thread(hold_lock)
+    try:
+        assert holding.wait(WAIT)
+        yield
+    finally:
+        finished.set()
+        holder.join(WAIT)
+
+
+def finishes_without_waiting(call: Callable[[], T]) -> T:
+    """Run ``call`` on another connection; fail if it blocks for the whole wait."""
+    results: list[T] = []
+    worker = run_in_thread(lambda: results.append(call()))
+    worker.join(WAIT)
+    assert not worker.is_alive(), "the call waited for a locked row"
+    return results[0]
 
 
 @pytest.mark.django_db
@@ -142,25 +177,9 @@ def test_concurrent_claimers_take_every_job_exactly_once() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_claim_skips_rows_locked_by_another_transaction() -> None:
     locked, free = tasks.noop.enqueue(), tasks.noop.enqueue()
-    holding, finished = threading.Event(), threading.Event()
-
-    def hold_lock() -> None:
-        with transaction.atomic():
-            Job.objects.select_for_update().get(pk=locked.pk)
-            holding.set()
-            finished.wait(WAIT)
-
-    holder = run_in_thread(hold_lock)
-    try:
-        assert holding.wait(WAIT)
-        got: list[leases.Lease] = []
-        claimer = run_in_thread(lambda: got.extend(leases.claim(None, "w1", 10)))
-        claimer.join(WAIT)
-        assert not claimer.is_alive(), "claim waited for a locked row"
+    with row_locked_elsewhere(locked.pk):
+        got = finishes_without_waiting(lambda: leases.claim(None, "w1", 10))
         assert [lease.job_id for lease in got] == [free.pk]
-    finally:
-        finished.set()
-        holder.join(WAIT)
     assert [lease.job_id for lease in leases.claim(None, "w1", 10)] == [locked.pk]
 
 
@@ -362,25 +381,9 @@ def test_reap_skips_rows_another_reaper_holds() -> None:
     tasks.noop.enqueue_many([((), {})] * 2)
     held, free = leases.claim(None, "w1", 2)
     expire(held.job_id, free.job_id)
-    holding, finished = threading.Event(), threading.Event()
-
-    def hold_lock() -> None:
-        with transaction.atomic():
-            Job.objects.select_for_update().get(pk=held.job_id)
-            holding.set()
-            finished.wait(WAIT)
-
-    holder = run_in_thread(hold_lock)
-    try:
-        assert holding.wait(WAIT)
-        results: list[leases.ReapResult] = []
-        reaper = run_in_thread(lambda: results.append(leases.reap()))
-        reaper.join(WAIT)
-        assert not reaper.is_alive(), "reap waited for a locked row"
-        assert results == [leases.ReapResult(retried=[free.job_id], dead=[])]
-    finally:
-        finished.set()
-        holder.join(WAIT)
+    with row_locked_elsewhere(held.job_id):
+        result = finishes_without_waiting(leases.reap)
+    assert result == leases.ReapResult(retried=[free.job_id], dead=[])
 
 
 @pytest.mark.django_db

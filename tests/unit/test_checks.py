@@ -160,7 +160,7 @@ def test_e004_max_attempts_must_be_a_whole_number_of_one_or_more(
     only(messages, "dbqueue.E004")
 
 
-@pytest.mark.parametrize("key", checks.NUMBERS)
+@pytest.mark.parametrize("key", checks.SECONDS)
 @pytest.mark.parametrize("value", [0, -3, "5", None, True])
 def test_e005_numeric_settings_must_be_positive_numbers(
     settings: Settings, key: str, value: object
@@ -175,7 +175,7 @@ def test_e005_numeric_settings_must_be_positive_numbers(
 
 
 def test_e005_covers_every_number_of_seconds_setting() -> None:
-    assert set(checks.NUMBERS) == {
+    assert set(checks.SECONDS) == {
         "LEASE_SECONDS",
         "RETRY_BASE",
         "RETRY_FACTOR",

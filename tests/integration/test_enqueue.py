@@ -1,0 +1,808 @@
+"""Writing jobs: same-transaction enqueue, wake-ups, options, scheduling, dedupe, validation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+import psycopg
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection, transaction
+from django.db.models.signals import post_save
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from psycopg import sql as pg_sql
+
+from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task
+from django_dbqueue import conf as dbqueue_conf
+from django_dbqueue.signals import jobs_committed
+from tests.enqueue_tasks import echo
+from tests.tasks import noop, send_invoice
+from tests.testapp.models import Order
+
+WAIT = 10  # seconds any thread, event or poll may take before the test fails
+QUIET = 0.2  # seconds to listen for a notification that must not arrive
+
+
+class Rollback(Exception):
+    """Raised inside ``atomic()`` to roll it back on purpose."""
+
+
+@contextmanager
+def rolled_back() -> Iterator[None]:
+    """An ``atomic()`` block that rolls back when its body is done."""
+    with suppress(Rollback), transaction.atomic():
+        yield
+        raise Rollback
+
+
+def run_in_thread(func: Callable[[], Any]) -> Any:
+    """Run ``func`` on another thread (so another database connection); return its result."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = func()
+        except BaseException as exc:  # noqa: BLE001  # re-raised on the test's thread below
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(WAIT)
+    assert not thread.is_alive(), "the other connection did not finish in time"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def job_ids_in_db() -> list[int]:
+    return sorted(Job.objects.values_list("pk", flat=True))
+
+
+@pytest.fixture
+def committed_signals() -> Iterator[list[dict[str, Any]]]:
+    """Every ``jobs_committed`` sent during the test, as its keyword arguments."""
+    received: list[dict[str, Any]] = []
+
+    def receiver(sender: object, **kwargs: Any) -> None:
+        received.append({"sender": sender, "queue": kwargs["queue"], "job_ids": kwargs["job_ids"]})
+
+    jobs_committed.connect(receiver, dispatch_uid="enqueuetests.committed_signals")
+    yield received
+    assert jobs_committed.disconnect(dispatch_uid="enqueuetests.committed_signals")
+
+
+@pytest.fixture
+def listener(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
+    """A separate autocommit PostgreSQL connection listening on the notify channel."""
+    settings_dict = connection.settings_dict
+    params = {
+        "dbname": settings_dict["NAME"],
+        "host": settings_dict["HOST"],
+        "port": settings_dict["PORT"],
+        "user": settings_dict["USER"],
+        "password": settings_dict["PASSWORD"],
+    }
+    conn = psycopg.connect(
+        autocommit=True, **{key: value for key, value in params.items() if value}
+    )
+    channel = dbqueue_conf.get().notify_channel
+    conn.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel)))
+    yield conn
+    conn.close()
+
+
+def payloads(conn: psycopg.Connection[Any], timeout: float) -> list[str]:
+    """Notifications that arrive on ``conn`` within ``timeout`` seconds."""
+    return [notify.payload for notify in conn.notifies(timeout=timeout)]
+
+
+# --- Guarantee 1: same-transaction enqueue ---------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+class TestSameTransactionEnqueue:
+    def test_rollback_leaves_neither_job_nor_business_row(self) -> None:
+        with rolled_back():
+            order = Order.objects.create(state="paid", total=10)
+            send_invoice.enqueue(order.pk)
+            assert Job.objects.count() == 1
+        assert not Order.objects.exists()
+        assert not Job.objects.exists()
+
+    def test_commit_makes_job_and_business_row_visible(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(state="paid", total=10)
+            job = send_invoice.enqueue(order.pk)
+        assert list(Order.objects.values_list("pk", flat=True)) == [order.pk]
+        assert job_ids_in_db() == [job.pk]
+        assert run_in_thread(job_ids_in_db) == [job.pk]
+
+    def test_uncommitted_job_is_invisible_to_other_connections(self) -> None:
+        with transaction.atomic():
+            job = noop.enqueue()
+            assert job_ids_in_db() == [job.pk]
+            assert run_in_thread(job_ids_in_db) == []
+        assert run_in_thread(job_ids_in_db) == [job.pk]
+
+    @pytest.mark.postgresql
+    def test_uncommitted_job_cannot_be_claimed_from_another_connection(self) -> None:
+        with transaction.atomic():
+            job = noop.enqueue()
+            assert run_in_thread(lambda: leases.claim(None, "other", 10)) == []
+        claimed = run_in_thread(lambda: leases.claim(None, "other", 10))
+        assert [lease.job_id for lease in claimed] == [job.pk]
+
+    def test_committed_job_can_be_claimed_from_another_connection(self) -> None:
+        with transaction.atomic():
+            job = noop.enqueue()
+        claimed = run_in_thread(lambda: leases.claim(None, "other", 10))
+        assert [lease.job_id for lease in claimed] == [job.pk]
+        assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+# --- Wake-ups only after commit ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+class TestWakeUpsAfterCommit:
+    def test_jobs_committed_is_sent_once_after_commit_not_before(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        with transaction.atomic():
+            job = send_invoice.enqueue(1)
+            assert committed_signals == []
+        assert committed_signals == [{"sender": Job, "queue": "mail", "job_ids": [job.pk]}]
+
+    def test_jobs_committed_carries_every_job_of_enqueue_many(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        with transaction.atomic():
+            jobs = send_invoice.enqueue_many([((1,), {}), ((2,), {}), ((3,), {})])
+            assert committed_signals == []
+        assert committed_signals == [
+            {"sender": Job, "queue": "mail", "job_ids": [job.pk for job in jobs]}
+        ]
+
+    def test_jobs_committed_is_not_sent_on_rollback(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        with rolled_back():
+            send_invoice.enqueue(1)
+        assert committed_signals == []
+        with transaction.atomic():
+            pass
+        assert committed_signals == []
+
+    def test_jobs_committed_is_sent_at_once_outside_a_transaction(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        job = noop.enqueue()
+        assert committed_signals == [{"sender": Job, "queue": "default", "job_ids": [job.pk]}]
+
+    @pytest.mark.postgresql
+    def test_notify_is_delivered_only_after_commit_with_queue_as_payload(
+        self, listener: psycopg.Connection[Any]
+    ) -> None:
+        with transaction.atomic():
+            send_invoice.enqueue(1)
+            send_invoice.enqueue(2)
+            assert payloads(listener, QUIET) == []
+        delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
+        assert [(n.channel, n.payload) for n in delivered] == [("dbqueue", "mail")]
+        assert payloads(listener, QUIET) == []
+
+    @pytest.mark.postgresql
+    def test_notify_is_not_delivered_on_rollback(self, listener: psycopg.Connection[Any]) -> None:
+        with rolled_back():
+            send_invoice.enqueue(1)
+        assert payloads(listener, QUIET) == []
+        noop.enqueue()
+        delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
+        assert [n.payload for n in delivered] == ["default"]
+
+    @pytest.mark.postgresql
+    def test_notify_uses_the_configured_channel(
+        self, settings: Any, listener: psycopg.Connection[Any]
+    ) -> None:
+        listener.execute("LISTEN other_channel")
+        settings.DBQUEUE = {**settings.DBQUEUE, "NOTIFY_CHANNEL": "other_channel"}
+        noop.enqueue()
+        delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
+        assert [(n.channel, n.payload) for n in delivered] == [("other_channel", "default")]
+
+
+# --- The returned Job --------------------------------------------------------------------
+
+
+def assert_matches_row(job: Job) -> None:
+    """The returned instance holds exactly what the database row holds."""
+    row = Job.objects.get(pk=job.pk)
+    fields = [
+        "queue",
+        "task",
+        "args",
+        "kwargs",
+        "state",
+        "priority",
+        "run_at",
+        "attempts",
+        "max_attempts",
+        "lease_token",
+        "lease_seconds",
+        "worker_id",
+        "lease_until",
+        "created_at",
+        "dedupe_key",
+        "subject_type_id",
+        "subject_id",
+    ]
+    assert {name: getattr(job, name) for name in fields} == {
+        name: getattr(row, name) for name in fields
+    }
+
+
+@pytest.mark.django_db
+class TestReturnedJob:
+    def test_job_takes_queue_priority_attempts_and_lease_from_the_task(self) -> None:
+        before = timezone.now()
+        job = send_invoice.enqueue(7, copy=True)
+        after = timezone.now()
+        assert job.pk is not None
+        assert job.state == JobState.READY
+        assert job.task == "tests.tasks.send_invoice"
+        assert (job.args, job.kwargs) == ([7], {"copy": True})
+        assert (job.queue, job.priority, job.max_attempts, job.lease_seconds) == ("mail", 3, 3, 20)
+        assert (job.attempts, job.lease_token, job.worker_id, job.lease_until) == (0, 0, None, None)
+        assert job.deduplicated is False
+        assert before - timedelta(seconds=1) <= job.created_at <= after + timedelta(seconds=1)
+        assert before - timedelta(seconds=1) <= job.run_at <= after + timedelta(seconds=1)
+        assert_matches_row(job)
+
+    def test_job_takes_queue_attempts_and_lease_from_settings_when_task_leaves_them(
+        self, settings: Any
+    ) -> None:
+        settings.DBQUEUE = {"DEFAULT_QUEUE": "fallback", "MAX_ATTEMPTS": 7, "LEASE_SECONDS": 45}
+        job = noop.enqueue()
+        assert (job.queue, job.priority, job.max_attempts, job.lease_seconds) == (
+            "fallback",
+            0,
+            7,
+            45,
+        )
+        assert (job.args, job.kwargs) == ([], {})
+        assert_matches_row(job)
+
+    def test_using_overrides_queue_and_priority_of_the_task(self) -> None:
+        job = send_invoice.using(queue="reports", priority=-5).enqueue(1)
+        assert (job.queue, job.priority, job.max_attempts, job.lease_seconds) == (
+            "reports",
+            -5,
+            3,
+            20,
+        )
+        assert_matches_row(job)
+
+    def test_using_priority_zero_overrides_a_nonzero_task_priority(self) -> None:
+        job = send_invoice.using(priority=0).enqueue(1)
+        assert job.priority == 0
+        assert Job.objects.get(pk=job.pk).priority == 0
+
+    def test_extreme_priorities_are_stored(self) -> None:
+        high = noop.using(priority=2**31 - 1).enqueue()
+        low = noop.using(priority=-(2**31)).enqueue()
+        assert Job.objects.get(pk=high.pk).priority == 2**31 - 1
+        assert Job.objects.get(pk=low.pk).priority == -(2**31)
+
+    def test_json_arguments_round_trip(self) -> None:
+        args = [None, True, 1.5, "ü ☃", [1, {"a": None}], {"nested": [1, 2]}]
+        kwargs = {"when": "2024-01-01", "n": 0, "empty": {}}
+        job = echo.enqueue(*args, **kwargs)
+        assert (job.args, job.kwargs) == (args, kwargs)
+        assert_matches_row(job)
+
+
+# --- Scheduling ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+class TestScheduling:
+    @pytest.mark.parametrize("delay", [30, 30.0, timedelta(seconds=30)], ids=repr)
+    def test_delay_sets_run_at_from_now_and_job_is_not_claimable_yet(
+        self, delay: float | timedelta
+    ) -> None:
+        before = timezone.now()
+        delayed = noop.using(delay=delay).enqueue()
+        after = timezone.now()
+        due = noop.enqueue()
+        assert before + timedelta(seconds=29) <= delayed.run_at <= after + timedelta(seconds=31)
+        assert Job.objects.get(pk=delayed.pk).run_at == delayed.run_at
+        assert [lease.job_id for lease in leases.claim(None, "w1", 10)] == [due.pk]
+        assert Job.objects.get(pk=delayed.pk).state == JobState.READY
+
+    def test_zero_delay_is_due_now(self) -> None:
+        job = noop.using(delay=0).enqueue()
+        assert [lease.job_id for lease in leases.claim(None, "w1", 10)] == [job.pk]
+
+    def test_run_at_is_stored_exactly(self) -> None:
+        plus_two = dt_timezone(timedelta(hours=2))
+        when = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=plus_two)
+        job = noop.using(run_at=when).enqueue()
+        assert job.run_at == when
+        assert Job.objects.get(pk=job.pk).run_at == when
+        assert leases.claim(None, "w1", 10) == []
+
+    def test_run_at_in_the_past_is_due_now(self) -> None:
+        when = timezone.now() - timedelta(hours=1)
+        job = noop.using(run_at=when).enqueue()
+        assert Job.objects.get(pk=job.pk).run_at == when
+        assert [lease.job_id for lease in leases.claim(None, "w1", 10)] == [job.pk]
+
+
+# --- enqueue_many ---------------------------------------------------------------------------
+
+
+def job_inserts(context: CaptureQueriesContext) -> list[str]:
+    """Captured statements that insert into the job table."""
+    return [
+        query["sql"]
+        for query in context.captured_queries
+        if query["sql"].lstrip().upper().startswith(("INSERT", "WITH"))
+        and "dbqueue_job" in query["sql"]
+    ]
+
+
+@pytest.mark.django_db
+class TestEnqueueMany:
+    def test_enqueue_many_writes_all_jobs_in_one_statement_in_input_order(self) -> None:
+        calls = [((n,), {"copy": n % 2 == 0}) for n in (5, 3, 9, 1, 7)]
+        with CaptureQueriesContext(connection) as context:
+            jobs = send_invoice.enqueue_many(calls)
+        assert len(job_inserts(context)) == 1
+        assert [(job.args, job.kwargs) for job in jobs] == [
+            ([n], {"copy": n % 2 == 0}) for n in (5, 3, 9, 1, 7)
+        ]
+        ids = [job.pk for job in jobs]
+        assert ids == sorted(ids)
+        assert len(set(ids)) == len(ids)
+        for job in jobs:
+            assert (job.queue, job.priority, job.state) == ("mail", 3, JobState.READY)
+            assert_matches_row(job)
+
+    def test_enqueue_many_of_many_jobs_keeps_input_order(self) -> None:
+        jobs = echo.enqueue_many([((n,), {}) for n in range(200)])
+        assert [job.args for job in jobs] == [[n] for n in range(200)]
+        ids = [job.pk for job in jobs]
+        assert ids == sorted(ids)
+        rows = dict(Job.objects.values_list("pk", "args"))
+        assert [rows[pk] for pk in ids] == [[n] for n in range(200)]
+
+    def test_enqueue_many_applies_using_options_to_every_job(self) -> None:
+        jobs = send_invoice.using(queue="bulk", priority=8, delay=60).enqueue_many(
+            [((1,), {}), ((2,), {})]
+        )
+        for job in jobs:
+            row = Job.objects.get(pk=job.pk)
+            assert (row.queue, row.priority) == ("bulk", 8)
+            assert row.run_at > timezone.now() + timedelta(seconds=50)
+
+    def test_enqueue_many_of_nothing_returns_empty_and_writes_nothing(self) -> None:
+        with CaptureQueriesContext(connection) as context:
+            assert send_invoice.enqueue_many([]) == []
+        assert context.captured_queries == []
+        assert not Job.objects.exists()
+
+    def test_enqueue_many_refuses_a_dedupe_key(self) -> None:
+        with pytest.raises(InvalidJob, match="dedupe_key"):
+            send_invoice.using(dedupe_key="k").enqueue_many([((1,), {})])
+        assert not Job.objects.exists()
+
+    def test_enqueue_many_with_one_bad_call_writes_nothing_and_names_the_call(self) -> None:
+        with pytest.raises(InvalidJob, match=r"call 1.*argument 0"):
+            echo.enqueue_many([((1,), {}), ((object(),), {}), ((3,), {})])
+        assert not Job.objects.exists()
+
+
+# --- Dedupe ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+class TestDedupe:
+    def test_same_key_returns_existing_job_and_ignores_later_options(self) -> None:
+        first = send_invoice.using(dedupe_key="invoice:1").enqueue(1)
+        second = send_invoice.using(
+            dedupe_key="invoice:1", priority=9, queue="other", delay=600
+        ).enqueue(2, copy=True)
+        assert first.deduplicated is False
+        assert second.deduplicated is True
+        assert second.pk == first.pk
+        assert job_ids_in_db() == [first.pk]
+        row = Job.objects.get(pk=first.pk)
+        assert (row.args, row.kwargs, row.priority, row.queue) == ([1], {}, 3, "mail")
+        assert row.run_at == first.run_at
+        assert (second.args, second.priority, second.queue) == ([1], 3, "mail")
+
+    def test_dedupe_hit_inside_atomic_keeps_callers_transaction_usable(self) -> None:
+        first = noop.using(dedupe_key="k").enqueue()
+        with transaction.atomic():
+            order = Order.objects.create(state="new")
+            again = noop.using(dedupe_key="k").enqueue()
+            assert (again.pk, again.deduplicated) == (first.pk, True)
+            other = noop.enqueue()
+            order.state = "paid"
+            order.save()
+        assert job_ids_in_db() == sorted([first.pk, other.pk])
+        assert Order.objects.get().state == "paid"
+
+    def test_dedupe_of_a_job_enqueued_in_the_same_transaction(self) -> None:
+        with transaction.atomic():
+            first = noop.using(dedupe_key="k").enqueue()
+            again = noop.using(dedupe_key="k").enqueue()
+            Order.objects.create()
+        assert (again.pk, again.deduplicated) == (first.pk, True)
+        assert job_ids_in_db() == [first.pk]
+        assert Order.objects.count() == 1
+
+    def test_running_job_still_dedupes(self) -> None:
+        first = noop.using(dedupe_key="k").enqueue()
+        (lease,) = leases.claim(None, "w1", 1)
+        assert lease.job_id == first.pk
+        again = noop.using(dedupe_key="k").enqueue()
+        assert (again.pk, again.deduplicated, again.state) == (first.pk, True, JobState.RUNNING)
+        assert job_ids_in_db() == [first.pk]
+
+    def test_same_key_enqueues_a_new_job_after_the_first_finished(self) -> None:
+        first = noop.using(dedupe_key="k").enqueue()
+        (lease,) = leases.claim(None, "w1", 1)
+        assert leases.complete(lease, None)
+        assert Job.objects.get(pk=first.pk).state == JobState.SUCCEEDED
+        second = noop.using(dedupe_key="k").enqueue()
+        assert second.deduplicated is False
+        assert second.pk != first.pk
+        assert job_ids_in_db() == sorted([first.pk, second.pk])
+        assert Job.objects.get(pk=second.pk).state == JobState.READY
+
+    def test_same_key_on_different_tasks_does_not_collide(self) -> None:
+        a = noop.using(dedupe_key="shared").enqueue()
+        b = echo.using(dedupe_key="shared").enqueue()
+        assert (a.deduplicated, b.deduplicated) == (False, False)
+        assert a.pk != b.pk
+        assert job_ids_in_db() == sorted([a.pk, b.pk])
+
+    def test_jobs_without_dedupe_key_never_dedupe(self) -> None:
+        a = noop.enqueue()
+        b = noop.enqueue()
+        assert a.pk != b.pk
+        assert (a.dedupe_key, b.dedupe_key) == (None, None)
+
+    @pytest.mark.postgresql
+    def test_concurrent_enqueues_with_same_key_create_exactly_one_job(self) -> None:
+        barrier = threading.Barrier(2, timeout=WAIT)
+        first_inserted = threading.Event()
+        first_may_commit = threading.Event()
+        second_pid: list[int] = []
+        second_pid_known = threading.Event()
+        results: dict[str, Job] = {}
+        errors: list[BaseException] = []
+
+        def first() -> None:
+            try:
+                with transaction.atomic():
+                    barrier.wait()
+                    results["first"] = noop.using(dedupe_key="race").enqueue()
+                    first_inserted.set()
+                    assert first_may_commit.wait(WAIT)
+            except BaseException as exc:  # noqa: BLE001  # reported on the test's thread
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        def second() -> None:
+            try:
+                with transaction.atomic():
+                    barrier.wait()
+                    assert first_inserted.wait(WAIT)
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT pg_backend_pid()")
+                        second_pid.append(cursor.fetchone()[0])
+                    second_pid_known.set()
+                    results["second"] = noop.using(dedupe_key="race").enqueue()
+            except BaseException as exc:  # noqa: BLE001  # reported on the test's thread
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (first, second)]
+        for thread in threads:
+            thread.start()
+        try:
+            assert second_pid_known.wait(WAIT)
+            wait_until_blocked_on_a_lock(second_pid[0])
+        finally:
+            first_may_commit.set()
+            for thread in threads:
+                thread.join(WAIT)
+        assert not any(thread.is_alive() for thread in threads)
+        assert errors == []
+        assert job_ids_in_db() == [results["first"].pk]
+        assert results["second"].pk == results["first"].pk
+        assert (results["first"].deduplicated, results["second"].deduplicated) == (False, True)
+
+
+def wait_until_blocked_on_a_lock(pid: int) -> None:
+    """Poll until PostgreSQL backend ``pid`` waits for a lock (its INSERT met the other's row)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+            row = cursor.fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.01)  # pause between polls; the deadline bounds the wait
+    raise AssertionError(f"backend {pid} never blocked on the first transaction's row")
+
+
+# --- subject= -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+class TestSubject:
+    def test_subject_sets_generic_relation_to_the_saved_object(self) -> None:
+        order = Order.objects.create(state="paid")
+        job = send_invoice.using(subject=order).enqueue(order.pk)
+        assert job.subject_type_id == ContentType.objects.get_for_model(Order).pk
+        assert job.subject_id == str(order.pk)
+        row = Job.objects.get(pk=job.pk)
+        assert row.subject_type == ContentType.objects.get_for_model(Order)
+        assert row.subject == order
+
+    def test_unsaved_subject_is_refused(self) -> None:
+        with pytest.raises(InvalidJob, match="subject must be a saved model instance"):
+            send_invoice.using(subject=Order(state="paid")).enqueue(1)
+        assert not Job.objects.exists()
+
+    def test_non_model_subject_is_refused(self) -> None:
+        with pytest.raises(InvalidJob, match="subject"):
+            send_invoice.using(subject="order 1").enqueue(1)  # type: ignore[arg-type]  # the bad value under test
+        assert not Job.objects.exists()
+
+
+# --- on_save --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def connect_on_save() -> Iterator[Callable[..., None]]:
+    """``on_save`` for the test; every receiver it connects is disconnected afterwards."""
+    connected: list[tuple[Any, str]] = []
+
+    def connect(task_: Any, **options: Any) -> None:
+        receiver = on_save(Order, task_, **options)
+        connected.append((receiver, f"django_dbqueue.on_save:{Order._meta.label}:{task_.name}"))
+
+    yield connect
+    for receiver, uid in connected:
+        assert post_save.disconnect(receiver, sender=Order, dispatch_uid=uid)
+
+
+@pytest.fixture
+def invoice_when_paid(connect_on_save: Callable[..., None]) -> None:
+    connect_on_save(
+        send_invoice,
+        when=lambda order, created: order.state == "paid",
+        args=lambda order: [order.pk],
+        dedupe_key=lambda order: f"invoice:{order.pk}",
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+class TestOnSave:
+    @pytest.mark.usefixtures("invoice_when_paid")
+    def test_saving_an_unpaid_order_enqueues_nothing(self) -> None:
+        order = Order.objects.create(state="new")
+        order.total = 5
+        order.save()
+        assert not Job.objects.exists()
+
+    @pytest.mark.usefixtures("invoice_when_paid")
+    def test_saving_a_paid_order_enqueues_one_job_about_it(self) -> None:
+        order = Order.objects.create(state="new")
+        order.state = "paid"
+        order.save()
+        job = Job.objects.get()
+        assert (job.task, job.args, job.kwargs) == ("tests.tasks.send_invoice", [order.pk], {})
+        assert (job.queue, job.state, job.dedupe_key) == (
+            "mail",
+            JobState.READY,
+            f"invoice:{order.pk}",
+        )
+        assert job.subject == order
+
+    @pytest.mark.usefixtures("invoice_when_paid")
+    def test_saving_again_while_the_job_is_ready_dedupes(self) -> None:
+        order = Order.objects.create(state="paid")
+        order.total = 99
+        order.save()
+        with transaction.atomic():
+            order.save()
+        assert Job.objects.count() == 1
+        assert Job.objects.get().args == [order.pk]
+
+    @pytest.mark.usefixtures("invoice_when_paid")
+    def test_rolled_back_save_leaves_neither_change_nor_job(self) -> None:
+        order = Order.objects.create(state="new")
+        with rolled_back():
+            order.state = "paid"
+            order.save()
+            assert Job.objects.count() == 1
+        assert Order.objects.get(pk=order.pk).state == "new"
+        assert not Job.objects.exists()
+
+    @pytest.mark.usefixtures("invoice_when_paid")
+    def test_committed_save_commits_the_job_with_it(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(state="paid")
+        assert run_in_thread(lambda: list(Job.objects.values_list("subject_id", flat=True))) == [
+            str(order.pk)
+        ]
+
+    def test_on_save_passes_the_primary_key_by_default(
+        self, connect_on_save: Callable[..., None]
+    ) -> None:
+        connect_on_save(echo)
+        order = Order.objects.create()
+        job = Job.objects.get()
+        assert (job.task, job.args, job.kwargs) == ("tests.enqueue_tasks.echo", [order.pk], {})
+        assert job.subject == order
+
+    def test_on_save_kwargs_and_created_flag(self, connect_on_save: Callable[..., None]) -> None:
+        connect_on_save(
+            echo,
+            when=lambda order, created: created,
+            args=lambda order: [],
+            kwargs=lambda order: {"total": order.total},
+        )
+        order = Order.objects.create(total=12)
+        order.save()
+        job = Job.objects.get()
+        assert (job.args, job.kwargs) == ([], {"total": 12})
+        assert job.subject == order
+
+    def test_raw_saves_enqueue_nothing(self, connect_on_save: Callable[..., None]) -> None:
+        connect_on_save(echo)
+        order = Order(state="paid")
+        order.save_base(raw=True)
+        assert Order.objects.count() == 1
+        assert not Job.objects.exists()
+
+
+# --- InvalidJob: validation before any write --------------------------------------------
+
+
+def local_task_call() -> None:
+    @task
+    def inner() -> None:
+        """Defined in a function: its qualname has <locals>, so no worker could import it."""
+
+    inner.enqueue()
+
+
+INVALID_CALLS: list[Any] = [
+    pytest.param(lambda: echo.enqueue(1, timezone.now()), r"argument 1\b", id="datetime-arg"),
+    pytest.param(lambda: echo.enqueue(object()), r"argument 0\b", id="object-arg"),
+    pytest.param(lambda: echo.enqueue({1, 2}), r"argument 0\b", id="set-arg"),
+    pytest.param(lambda: echo.enqueue(1, float("nan")), r"argument 1\b", id="nan-arg"),
+    pytest.param(lambda: echo.enqueue(float("inf")), r"argument 0\b", id="inf-arg"),
+    pytest.param(lambda: echo.enqueue([1, {"a": object()}]), r"argument 0\b", id="nested-arg"),
+    pytest.param(lambda: echo.enqueue(1, when=object()), r"argument 'when'", id="object-kwarg"),
+    pytest.param(lambda: send_invoice.enqueue(1, copy={1}), r"argument 'copy'", id="set-kwarg"),
+    pytest.param(lambda: echo.enqueue(x=b"bytes"), r"argument 'x'", id="bytes-kwarg"),
+    pytest.param(lambda: send_invoice.enqueue(1, 2), "do not fit", id="too-many-args"),
+    pytest.param(lambda: send_invoice.enqueue(), "do not fit", id="missing-arg"),
+    pytest.param(lambda: send_invoice.enqueue(1, colour="red"), "do not fit", id="unknown-keyword"),
+    pytest.param(lambda: noop.enqueue(1), "do not fit", id="arg-to-no-arg-task"),
+    pytest.param(
+        lambda: noop.using(run_at=datetime(2030, 1, 1, 12, 0)).enqueue(), "naive", id="naive-run_at"
+    ),
+    pytest.param(
+        lambda: noop.using(run_at="2030-01-01T00:00:00Z").enqueue(),
+        "run_at must be a datetime",
+        id="string-run_at",
+    ),
+    pytest.param(
+        lambda: noop.using(run_at=timezone.now(), delay=5).enqueue(),
+        "either run_at or delay",
+        id="run_at-and-delay",
+    ),
+    pytest.param(lambda: noop.using(delay=-1).enqueue(), "delay", id="negative-delay"),
+    pytest.param(
+        lambda: noop.using(delay=timedelta(seconds=-1)).enqueue(),
+        "delay",
+        id="negative-timedelta",
+    ),
+    pytest.param(lambda: noop.using(delay="30").enqueue(), "delay", id="string-delay"),
+    pytest.param(lambda: noop.using(delay=float("nan")).enqueue(), "delay", id="nan-delay"),
+    pytest.param(lambda: noop.using(delay=True).enqueue(), "delay", id="bool-delay"),
+    pytest.param(lambda: noop.using(delay=float("inf")).enqueue(), "delay", id="inf-delay"),
+    pytest.param(
+        lambda: noop.using(delay=timedelta(days=3_000_000)).enqueue(),
+        "delay",
+        id="delay-past-year-9999",
+    ),
+    pytest.param(lambda: noop.using(queue="has space").enqueue(), "Queue name", id="queue-space"),
+    pytest.param(lambda: noop.using(queue="x" * 101).enqueue(), "Queue name", id="queue-too-long"),
+    pytest.param(lambda: noop.using(queue="").enqueue(), "Queue name", id="queue-empty"),
+    pytest.param(lambda: noop.using(queue="é").enqueue(), "Queue name", id="queue-non-ascii"),
+    pytest.param(
+        lambda: noop.using(dedupe_key="k" * 256).enqueue(), "dedupe_key", id="dedupe-key-256"
+    ),
+    pytest.param(lambda: noop.using(dedupe_key=123).enqueue(), "dedupe_key", id="dedupe-key-int"),
+    pytest.param(lambda: noop.using(dedupe_key="").enqueue(), "dedupe_key", id="dedupe-key-empty"),
+    pytest.param(lambda: noop.using(priority=2**31).enqueue(), "priority", id="priority-too-high"),
+    pytest.param(
+        lambda: noop.using(priority=-(2**31) - 1).enqueue(), "priority", id="priority-too-low"
+    ),
+    pytest.param(lambda: noop.using(priority=1.5).enqueue(), "priority", id="priority-float"),
+    pytest.param(local_task_call, "cannot be imported", id="task-not-importable"),
+]
+
+
+def assert_refused_and_transaction_usable(bad_call: Callable[[], object], message: str) -> None:
+    """The bad call raises InvalidJob and writes nothing; the same transaction then commits."""
+    with transaction.atomic():
+        with pytest.raises(InvalidJob, match=message):
+            bad_call()
+        assert not Job.objects.exists()
+        order = Order.objects.create(state="paid")
+        good = send_invoice.enqueue(order.pk)
+    assert job_ids_in_db() == [good.pk]
+    assert list(Order.objects.values_list("pk", flat=True)) == [order.pk]
+
+
+def test_invalid_job_is_a_value_error() -> None:
+    assert issubclass(InvalidJob, ValueError)
+
+
+@pytest.mark.django_db(transaction=True)
+class TestInvalidJob:
+    @pytest.mark.parametrize(("bad_call", "message"), INVALID_CALLS)
+    def test_bad_call_writes_nothing_and_leaves_transaction_usable(
+        self, bad_call: Callable[[], object], message: str
+    ) -> None:
+        assert_refused_and_transaction_usable(bad_call, message)
+
+    def test_queue_outside_configured_queues_is_refused(self, settings: Any) -> None:
+        settings.DBQUEUE = {"QUEUES": ["default", "mail"]}
+        assert_refused_and_transaction_usable(
+            lambda: noop.using(queue="reports").enqueue(), "not in DBQUEUE"
+        )
+
+    def test_configured_queues_apply_to_default_and_task_queues(self, settings: Any) -> None:
+        settings.DBQUEUE = {"QUEUES": ["mail"], "DEFAULT_QUEUE": "mail"}
+        job = noop.enqueue()
+        assert job.queue == "mail"
+        settings.DBQUEUE = {"QUEUES": ["default"]}
+        with pytest.raises(InvalidJob, match="not in DBQUEUE"):
+            send_invoice.enqueue(1)
+        assert job_ids_in_db() == [job.pk]
+
+    def test_aware_run_at_is_refused_without_use_tz(self, settings: Any) -> None:
+        settings.USE_TZ = False
+        with pytest.raises(InvalidJob, match="aware"):
+            noop.using(run_at=datetime(2030, 1, 1, tzinfo=dt_timezone.utc)).enqueue()
+        assert not Job.objects.exists()
+
+    def test_message_says_what_to_do(self) -> None:
+        with pytest.raises(InvalidJob) as info:
+            echo.enqueue(Order())
+        message = str(info.value)
+        assert "tests.enqueue_tasks.echo" in message
+        assert "argument 0" in message
+        assert "such as an id instead of an object" in message
