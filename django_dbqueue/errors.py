@@ -5,11 +5,13 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
+from django_dbqueue.exceptions import Retry
+
 TASK_NOT_FOUND = "TASK_NOT_FOUND"
 BAD_ARGUMENTS = "BAD_ARGUMENTS"
 RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"
 LEASE_EXPIRED = "LEASE_EXPIRED"
-RETRY = "RETRY"
+RETRY = Retry.code
 
 #: ``last_error`` keeps at most this many characters: the end of the traceback.
 LAST_ERROR_LIMIT = 4000

@@ -33,6 +33,8 @@ class Retry(DbQueueError):
     When the budget is spent the job becomes ``dead`` instead.
     """
 
+    code = "RETRY"
+
     def __init__(self, delay: float | timedelta | None = None, message: str = "") -> None:
         self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if self.delay is not None and self.delay < 0:

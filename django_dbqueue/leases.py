@@ -84,9 +84,11 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
 
     Highest priority first, then oldest ``run_at``, within each queue; the
     batch is shared across queues in turn so a busy queue cannot starve
-    another. Rows locked by other transactions are skipped, never awaited, so
-    concurrent claimers never receive the same job. Each claimed job's
-    ``attempts`` and ``lease_token`` grow by one.
+    another, and comes back in priority order. Rows locked by other
+    transactions are skipped, never awaited (PostgreSQL), so concurrent
+    claimers never receive the same job; on SQLite the claim holds the
+    database write lock. Each claimed job's ``attempts`` and ``lease_token``
+    grow by one.
     """
     if limit < 1:
         return []
@@ -99,6 +101,8 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
     }
     with sql.write_transaction(connection):
         rows = sql.run(connection, "claim", params)
+    # RETURNING has no order: hand the batch back in priority order.
+    rows.sort(key=lambda row: (-row[10], sql.to_datetime(row[11]), row[0]))
     return [
         Lease(
             job_id=row[0],
@@ -113,7 +117,7 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
             lease_seconds=row[8],
             queue=row[9],
         )
-        for row in sorted(rows, key=lambda row: row[0])
+        for row in rows
     ]
 
 
@@ -187,23 +191,19 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
     with sql.write_transaction(connection):
         locked = sql.run(connection, "lock_lease", fence)
-        applied = bool(locked) and bool(
-            _record_failures(
-                connection,
-                [
-                    _failure_row(
-                        lease.job_id,
-                        lease.lease_token,
-                        lease.worker_id,
-                        lease.attempt,
-                        sql.to_json(locked[0][0]),
-                        info,
-                        retry_at,
-                    )
-                ],
-                expired=False,
+        applied = False
+        if locked:
+            history = sql.to_json(locked[0][0])
+            failure = _failure_row(
+                lease.job_id,
+                lease.lease_token,
+                lease.worker_id,
+                lease.attempt,
+                history,
+                info,
+                retry_at,
             )
-        )
+            applied = bool(_record_failures(connection, [failure], expired=False))
     if not applied:
         log_lost_lease("fail", lease.job_id, lease.worker_id, lease.lease_token)
     return applied

@@ -78,7 +78,7 @@ SET state = 'running',
 FROM chosen
 WHERE j.id = chosen.id
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.lease_until, j.lease_seconds, j.queue;
+          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's

@@ -55,7 +55,7 @@ SET state = 'running',
     started_at = %(now)s
 WHERE id IN (SELECT id FROM chosen)
 RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
-          lease_seconds, queue;
+          lease_seconds, queue, priority, run_at;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's

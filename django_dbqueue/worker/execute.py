@@ -19,7 +19,6 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
     RESULT_NOT_SERIALIZABLE,
-    RETRY,
     TASK_NOT_FOUND,
     ErrorInfo,
 )
@@ -79,7 +78,7 @@ def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
         return Outcome.LEASE_LOST, ""
     except Retry as exc:
         delay = exc.delay if exc.delay is not None else task.backoff.delay(lease.attempt)
-        return _retry(lease, ErrorInfo.from_exception(exc, RETRY), delay)
+        return _retry(lease, ErrorInfo.from_exception(exc), delay)
     except Exception as exc:  # noqa: BLE001 - task code may raise anything; it is recorded on the job.
         return _failed(lease, task, exc)
     try:

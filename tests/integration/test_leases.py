@@ -118,6 +118,15 @@ class TestClaim:
         claimed = [claim_one().job_id for _ in range(3)]
         assert claimed == [old_high.pk, new_high.pk, old_low.pk]
 
+    def test_a_claimed_batch_comes_back_in_priority_order(self) -> None:
+        now = timezone.now()
+        jobs = [
+            JobFactory(priority=priority, run_at=now - timedelta(minutes=minutes))
+            for priority, minutes in [(0, 9), (7, 1), (7, 5), (3, 2)]
+        ]
+        batch = leases.claim(None, "w1", 4)
+        assert [lease.job_id for lease in batch] == [jobs[i].pk for i in (2, 1, 3, 0)]
+
     def test_claim_leaves_jobs_scheduled_in_the_future(self) -> None:
         tasks.noop.using(delay=60).enqueue()
         due = tasks.noop.enqueue()
