@@ -45,14 +45,14 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
     """
     if not calls:
         return []
-    settings_now = conf.get()
+    cfg = conf.get()
     check_importable(task)
     params = {
-        **job_options(task, options, settings_now),
+        **job_options(task, options, cfg),
         "rows": encode_calls(task, calls),
-        "channel": settings_now.notify_channel,
+        "channel": cfg.notify_channel,
     }
-    connection = connections[settings_now.database]
+    connection = connections[cfg.database]
     for _ in range(DEDUPE_TRIES):
         # Ids grow in input order; RETURNING order is not promised everywhere.
         rows = sorted(sql.run(connection, "insert_jobs", params))
