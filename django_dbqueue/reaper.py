@@ -1,8 +1,9 @@
-"""Retention: finished jobs are deleted once they are older than the settings allow.
+"""The reaper: recovers expired leases and deletes finished jobs past retention.
 
-Recovering expired leases is ``leases.reap``; ``runworkers`` calls both on the
-reaper interval. Only terminal rows are ever deleted, in bounded batches, each
-batch its own short statement, so a large backlog never holds long locks.
+``runworkers`` calls ``sweep()`` every ``REAPER_INTERVAL``. Both halves work
+in bounded batches, each its own short transaction, so many workers can reap
+at once (locked rows are skipped) and a large backlog never holds long locks.
+Only terminal rows are ever deleted.
 """
 
 from __future__ import annotations
@@ -12,13 +13,27 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from django_dbqueue import conf
+from django_dbqueue import conf, leases
 from django_dbqueue.models import Job, JobState
 
 log = logging.getLogger(__name__)
 
 #: Rows deleted per statement.
 PURGE_BATCH = 1000
+
+
+def sweep() -> tuple[int, int]:
+    """Recover every expired lease (``leases.reap`` batch by batch), then purge.
+
+    Returns ``(recovered, purged)``.
+    """
+    recovered = 0
+    while True:
+        result = leases.reap()
+        batch = len(result.retried) + len(result.dead)
+        recovered += batch
+        if batch < leases.REAP_BATCH:
+            return recovered, purge()
 
 
 def retention_rules() -> list[tuple[tuple[str, ...], timedelta]]:
@@ -31,12 +46,13 @@ def retention_rules() -> list[tuple[tuple[str, ...], timedelta]]:
     return [(states, age) for states, age in rules if age is not None]
 
 
-def purge(batch_size: int = PURGE_BATCH) -> int:
+def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
     """Delete finished jobs past their retention, ``batch_size`` rows at a time.
 
     ``succeeded`` rows go after ``SUCCEEDED_RETENTION``; ``dead`` and
     ``cancelled`` after ``DEAD_RETENTION`` (``None``: never). Ready and running
-    jobs are never touched. Returns how many rows were deleted.
+    jobs are never touched. Returns how many rows were deleted, or with
+    ``dry_run`` how many would be, deleting nothing.
     """
     database = conf.get().database
     deleted = 0
@@ -44,11 +60,14 @@ def purge(batch_size: int = PURGE_BATCH) -> int:
         old = Job.objects.using(database).filter(
             state__in=states, finished_at__lt=timezone.now() - age
         )
+        if dry_run:
+            deleted += old.count()
+            continue
         while batch := list(old.order_by("finished_at").values_list("pk", flat=True)[:batch_size]):
             count, _ = old.filter(pk__in=batch).delete()
             deleted += count
             if len(batch) < batch_size:
                 break
-    if deleted:
+    if deleted and not dry_run:
         log.info("purged finished jobs count=%s", deleted)
     return deleted

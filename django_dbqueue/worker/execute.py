@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -16,16 +17,16 @@ from django.utils import timezone
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
-from django_dbqueue.errors import (
-    BAD_ARGUMENTS,
-    RESULT_NOT_SERIALIZABLE,
-    TASK_NOT_FOUND,
-    ErrorInfo,
-)
+from django_dbqueue.errors import BAD_ARGUMENTS, RESULT_NOT_SERIALIZABLE, TASK_NOT_FOUND, ErrorInfo
 from django_dbqueue.exceptions import LeaseLost, PermanentError, Retry
+from django_dbqueue.retry import Backoff
 from django_dbqueue.tasks import Task, TaskNotFound, load_task
+from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
 
 log = logging.getLogger(__name__)
+
+#: Pauses between tries to write an outcome while the database is unreachable.
+WRITE_RETRY = Backoff(base=0.2, factor=2, cap=5)
 
 
 class Outcome(str, enum.Enum):
@@ -34,7 +35,10 @@ class Outcome(str, enum.Enum):
     SUCCEEDED = "succeeded"
     RETRIED = "retried"
     DEAD = "dead"
+    #: The database refused the write: the lease had been lost.
     LEASE_LOST = "lease_lost"
+    #: The database stayed unreachable for a whole lease: the reaper recovers the job.
+    UNRECORDED = "unrecorded"
 
 
 def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
@@ -44,8 +48,10 @@ def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
     with backoff while the budget lasts; ``PermanentError``, ``give_up_on``
     types, an unimportable task (``TASK_NOT_FOUND``), arguments that do not
     bind (``BAD_ARGUMENTS``) and a non-JSON result (``RESULT_NOT_SERIALIZABLE``)
-    make the job dead. ``context`` lets the caller (the heartbeat) signal a
-    lost lease; one is made when not given. Never raises for task failures.
+    make the job dead. An outcome the database cannot take (connection lost)
+    is retried while the lease may live, then left to the reaper. ``context``
+    lets the caller (the heartbeat) signal a lost lease; one is made when not
+    given. Never raises for task failures.
     """
     context = context or JobContext(lease)
     started = time.monotonic()
@@ -67,42 +73,75 @@ def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
     try:
         task = load_task(lease.task)
     except TaskNotFound as exc:
-        return _give_up(lease, ErrorInfo.from_exception(exc, TASK_NOT_FOUND))
+        return _give_up(context, ErrorInfo.from_exception(exc, TASK_NOT_FOUND))
     try:
         bound = task.bind(lease.args, lease.kwargs, context)
     except TypeError as exc:
-        return _give_up(lease, ErrorInfo.from_exception(exc, BAD_ARGUMENTS))
+        return _give_up(context, ErrorInfo.from_exception(exc, BAD_ARGUMENTS))
     try:
         result = task.func(*bound.args, **bound.kwargs)
     except LeaseLost:
         return Outcome.LEASE_LOST, ""
     except Retry as exc:
         delay = exc.delay if exc.delay is not None else task.backoff.delay(lease.attempt)
-        return _retry(lease, ErrorInfo.from_exception(exc), delay)
+        return _retry(context, ErrorInfo.from_exception(exc), delay)
     except Exception as exc:  # noqa: BLE001 - task code may raise anything; it is recorded on the job.
-        return _failed(lease, task, exc)
+        return _failed(context, task, exc)
     try:
-        applied = leases.complete(lease, result)
+        return _write(context, lambda: leases.complete(lease, result), Outcome.SUCCEEDED), ""
     except leases.ResultNotSerializable as exc:
-        return _give_up(lease, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
-    return (Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST), ""
+        return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
 
 
-def _failed(lease: leases.Lease, task: Task[..., Any], exc: Exception) -> tuple[Outcome, str]:
+def _failed(context: JobContext, task: Task[..., Any], exc: Exception) -> tuple[Outcome, str]:
     info = ErrorInfo.from_exception(exc)
     if isinstance(exc, (PermanentError, *task.options.give_up_on)):
-        return _give_up(lease, info)
-    return _retry(lease, info, task.backoff.delay(lease.attempt))
+        return _give_up(context, info)
+    return _retry(context, info, task.backoff.delay(context.attempt))
 
 
-def _retry(lease: leases.Lease, info: ErrorInfo, delay: float) -> tuple[Outcome, str]:
-    if lease.attempt >= lease.max_attempts:
-        return _give_up(lease, info)
+def _retry(context: JobContext, info: ErrorInfo, delay: float) -> tuple[Outcome, str]:
+    if context.attempt >= context.max_attempts:
+        return _give_up(context, info)
     retry_at = timezone.now() + timedelta(seconds=delay)
-    applied = leases.fail(lease, info, retry_at)
-    return (Outcome.RETRIED if applied else Outcome.LEASE_LOST), info.code
+    return _write(
+        context, lambda: leases.fail(context.lease, info, retry_at), Outcome.RETRIED
+    ), info.code
 
 
-def _give_up(lease: leases.Lease, info: ErrorInfo) -> tuple[Outcome, str]:
-    applied = leases.fail(lease, info, None)
-    return (Outcome.DEAD if applied else Outcome.LEASE_LOST), info.code
+def _give_up(context: JobContext, info: ErrorInfo) -> tuple[Outcome, str]:
+    return _write(context, lambda: leases.fail(context.lease, info, None), Outcome.DEAD), info.code
+
+
+def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome) -> Outcome:
+    """Apply ``transition``; ``outcome`` if it took, ``LEASE_LOST`` if the lease was gone.
+
+    A lost connection is retried with growing pauses for at most one lease
+    length, and not once the lease is known to be lost; after that the
+    outcome is ``UNRECORDED`` and the expired lease is the reaper's to recover.
+    """
+    give_up_at = time.monotonic() + context.lease.lease_seconds
+    failures = 0
+    while True:
+        try:
+            return outcome if transition() else Outcome.LEASE_LOST
+        except DATABASE_ERRORS as exc:
+            close_queue_connection()
+            failures += 1
+            pause = WRITE_RETRY.delay(failures)
+            if context.lease_lost.is_set() or time.monotonic() + pause > give_up_at:
+                log.error(
+                    "job id=%s outcome=%s could not be written, leaving it to the reaper: %s",
+                    context.job_id,
+                    outcome.value,
+                    exc,
+                )
+                return Outcome.UNRECORDED
+            log.warning(
+                "job id=%s outcome=%s not written yet, retrying in %.1fs: %s",
+                context.job_id,
+                outcome.value,
+                pause,
+                exc,
+            )
+            context.lease_lost.wait(pause)

@@ -1,0 +1,111 @@
+"""``manage.py runworkers``: run jobs until stopped (SIGTERM/SIGINT drain, then exit 0)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_dbqueue import conf
+from django_dbqueue.tasks import is_queue_name
+from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+
+LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO}
+
+
+class Command(BaseCommand):
+    help = (
+        "Run background jobs: claim due jobs, run them on --concurrency threads under fenced "
+        "leases, recover expired leases. SIGTERM or SIGINT drains and exits 0."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="Serve this queue (repeatable). Default: DBQUEUE['QUEUES'], or every queue.",
+        )
+        parser.add_argument(
+            "--concurrency", type=int, default=1, help="Jobs run at once (threads)."
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Run what is due, then exit when nothing is left."
+        )
+        parser.add_argument("--max-jobs", type=int, help="Exit after finishing this many jobs.")
+        parser.add_argument(
+            "--worker-id", help="Name in leases and logs (default host:pid:random)."
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=float,
+            help="Seconds between polls when idle (default POLL_INTERVAL).",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            default=30.0,
+            help="Seconds running jobs get to finish after SIGTERM before they are released.",
+        )
+        parser.add_argument(
+            "--no-reaper",
+            action="store_false",
+            dest="reaper",
+            help="Do not recover expired leases or purge old jobs in this process.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        worker = Worker(self.worker_options(options))
+        self.configure_logging(options["verbosity"])
+        worker.run()
+
+    def worker_options(self, options: dict[str, Any]) -> WorkerOptions:
+        """Validate the command line; a mistake is a ``CommandError`` saying what to do."""
+        queues = options["queues"]
+        allowed = conf.get().queues
+        for queue in queues or ():
+            if not is_queue_name(queue):
+                raise CommandError(
+                    f"--queue {queue!r} is not a valid queue name: use 1-100 letters, digits, "
+                    "'_', '-' or '.'."
+                )
+            if allowed is not None and queue not in allowed:
+                raise CommandError(
+                    f"--queue {queue!r} is not in DBQUEUE['QUEUES'] {allowed}; "
+                    "serve one of those or add it there."
+                )
+        positive = {
+            "--concurrency": options["concurrency"],
+            "--max-jobs": options["max_jobs"],
+            "--poll-interval": options["poll_interval"],
+        }
+        for flag, value in positive.items():
+            if value is not None and not value > 0:
+                raise CommandError(f"{flag} must be above 0, not {value}.")
+        if not options["shutdown_timeout"] >= 0:
+            raise CommandError(
+                f"--shutdown-timeout must be 0 or more seconds, not {options['shutdown_timeout']}."
+            )
+        return WorkerOptions(
+            queues=sorted(set(queues)) if queues else None,
+            concurrency=options["concurrency"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            worker_id=options["worker_id"],
+            poll_interval=options["poll_interval"],
+            shutdown_timeout=options["shutdown_timeout"],
+            reaper=options["reaper"],
+        )
+
+    def configure_logging(self, verbosity: int) -> None:
+        """Show the job log on stderr unless the project's LOGGING already handles it."""
+        logger = logging.getLogger("django_dbqueue")
+        if logger.hasHandlers():
+            return
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(LOG_LEVELS.get(verbosity, logging.DEBUG))

@@ -1,0 +1,79 @@
+"""Wake-ups: PostgreSQL ``LISTEN`` on a dedicated connection, and in-process commits.
+
+Both only shorten the wait: the claimer polls every ``poll_interval``
+whatever happens here, so a lost notification delays a job by one poll at
+most.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from django.db import connections
+
+from django_dbqueue import conf, signals
+from django_dbqueue.worker.connections import Reconnect
+
+log = logging.getLogger(__name__)
+
+#: How often the listener checks that it should stop while no notification comes.
+LISTEN_TICK = 1.0
+
+
+class Listener(threading.Thread):
+    """Sets ``wake`` when a job is committed on a queue this worker serves."""
+
+    def __init__(
+        self, queues: list[str] | None, wake: threading.Event, stop: threading.Event
+    ) -> None:
+        super().__init__(name="dbqueue-listener", daemon=True)
+        self.queues = set(queues) if queues is not None else None
+        self.wake = wake
+        self.stop = stop
+
+    def serves(self, queue: str) -> bool:
+        return self.queues is None or queue in self.queues
+
+    def start(self) -> None:
+        """Hear in-process commits at once; on PostgreSQL also start the LISTEN thread."""
+        signals.jobs_committed.connect(self._on_commit, weak=False, dispatch_uid=id(self))
+        if connections[conf.get().database].vendor == "postgresql":
+            super().start()
+
+    def close(self) -> None:
+        signals.jobs_committed.disconnect(dispatch_uid=id(self))
+        if self.is_alive():
+            self.join(LISTEN_TICK * 2)
+
+    def _on_commit(self, queue: str, **_: Any) -> None:
+        if self.serves(queue):
+            self.wake.set()
+
+    def run(self) -> None:
+        # Imported here: only PostgreSQL workers listen, and SQLite setups need no libpq.
+        import psycopg
+
+        reconnect = Reconnect("listen")
+        while not self.stop.is_set():
+            try:
+                self._listen(reconnect)
+            except psycopg.Error as exc:
+                self.stop.wait(reconnect.failed(exc))
+
+    def _listen(self, reconnect: Reconnect) -> None:
+        """LISTEN until ``stop``; raises ``psycopg.Error`` when the connection fails."""
+        import psycopg
+        from psycopg import sql
+
+        params = connections[conf.get().database].get_connection_params()
+        channel = sql.Identifier(conf.get().notify_channel)
+        with psycopg.connect(**params, autocommit=True) as listening:
+            listening.execute(sql.SQL("LISTEN {}").format(channel))
+            reconnect.succeeded()
+            self.wake.set()  # Jobs committed while nobody listened: look now.
+            while not self.stop.is_set():
+                for notify in listening.notifies(timeout=LISTEN_TICK):
+                    if self.serves(notify.payload):
+                        self.wake.set()

@@ -1,0 +1,245 @@
+"""One ``runworkers`` process: claimer, job pool, heartbeat, listener and reaper.
+
+The main thread claims: it fills free slots with one batched claim, then
+waits for a wake-up (a commit on a served queue, a finished job) or the poll
+interval, so an idle worker costs one claim per interval. SIGTERM or SIGINT
+stops claiming, lets running jobs finish for ``shutdown_timeout`` seconds and
+releases the rest (attempt refunded); a second SIGINT releases at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+from django.db import connections
+
+from django_dbqueue import conf, leases, reaper
+from django_dbqueue.context import JobContext
+from django_dbqueue.tasks import TaskNotFound, load_task
+from django_dbqueue.worker.connections import DATABASE_ERRORS, Reconnect
+from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.heartbeat import Heartbeat
+from django_dbqueue.worker.listener import Listener
+from django_dbqueue.worker.live import LiveJobs
+from django_dbqueue.worker.pool import JobPool
+from django_dbqueue.worker.stats import WorkerStats
+
+log = logging.getLogger("django_dbqueue.worker")
+
+COUNTER_OF = {
+    Outcome.SUCCEEDED: "succeeded",
+    Outcome.RETRIED: "retried",
+    Outcome.DEAD: "dead",
+    Outcome.LEASE_LOST: "lost_lease_writes",
+    Outcome.UNRECORDED: "unrecorded",
+}
+
+
+def default_worker_id() -> str:
+    """``host:pid:random``: unique per process, readable in the admin and logs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker process runs; ``None`` values come from the settings."""
+
+    queues: list[str] | None = None
+    concurrency: int = 1
+    burst: bool = False
+    max_jobs: int | None = None
+    worker_id: str | None = None
+    poll_interval: float | None = None
+    shutdown_timeout: float = 30.0
+    reaper: bool = True
+
+
+class Worker:
+    """A worker process's machinery. ``run()`` blocks until it is told to stop.
+
+    ``stats`` holds the process's counters while it runs and after.
+    """
+
+    def __init__(self, options: WorkerOptions) -> None:
+        cfg = conf.get()
+        self.options = options
+        self.queues = options.queues if options.queues is not None else cfg.queues
+        self.worker_id = options.worker_id or default_worker_id()
+        self.poll_interval = options.poll_interval or cfg.poll_interval
+        self.stats = WorkerStats()
+        self.live = LiveJobs()
+        self.stopping = threading.Event()  # stop claiming, drain
+        self.stop_now = threading.Event()  # release whatever still runs
+        self.wake = threading.Event()
+        self._threads_stop = threading.Event()
+        self.pool = JobPool(options.concurrency, self._run_job)
+        self.heartbeat = Heartbeat(self.live, self.stats, self._threads_stop)
+        self.listener = Listener(self.queues, self.wake, self._threads_stop)
+        self.reaper = threading.Thread(
+            target=self._reap_forever, name="dbqueue-reaper", daemon=True
+        )
+
+    def run(self) -> None:
+        """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
+        log.info(
+            "worker started id=%s queues=%s concurrency=%s burst=%s",
+            self.worker_id,
+            ",".join(self.queues) if self.queues else "*",
+            self.options.concurrency,
+            self.options.burst,
+        )
+        with self._signals_handled():
+            self.pool.start()
+            self.heartbeat.start()
+            self.listener.start()
+            if self.options.reaper:
+                self.reaper.start()
+            try:
+                self._claim_until_done()
+            finally:
+                self._shut_down()
+
+    def stop(self) -> None:
+        """Stop claiming and drain (what SIGTERM does)."""
+        self.stopping.set()
+        self.wake.set()
+
+    def _claim_until_done(self) -> None:
+        reconnect = Reconnect("claim")
+        while not self.stopping.is_set():
+            self.wake.clear()
+            wanted = self._slots_to_fill()
+            if wanted == 0:
+                if self._done_with_max_jobs():
+                    return
+                self.wake.wait(self.poll_interval)
+                continue
+            try:
+                claimed = leases.claim(self.queues, self.worker_id, wanted)
+            except DATABASE_ERRORS as exc:
+                self.stopping.wait(reconnect.failed(exc))
+                continue
+            reconnect.succeeded()
+            for lease in claimed:
+                self._start_job(lease)
+            if not claimed and self.options.burst and self.pool.busy == 0:
+                log.info("worker id=%s burst drained", self.worker_id)
+                return
+            if len(claimed) < wanted:
+                self.wake.wait(self.poll_interval)
+
+    def _slots_to_fill(self) -> int:
+        free = self.pool.free
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.stats.claimed)
+        return max(free, 0)
+
+    def _done_with_max_jobs(self) -> bool:
+        limit = self.options.max_jobs
+        return limit is not None and self.stats.claimed >= limit and self.pool.busy == 0
+
+    def _start_job(self, lease: leases.Lease) -> None:
+        self.stats.add("claimed")
+        context = JobContext(lease)
+        try:
+            timeout = load_task(lease.task).options.timeout
+        except TaskNotFound:
+            timeout = None  # execute() records TASK_NOT_FOUND.
+        self.live.add(context, timeout)
+        self.pool.submit(context)
+
+    def _run_job(self, context: JobContext) -> None:
+        try:
+            outcome = execute(context.lease, context)
+            self.stats.add(COUNTER_OF[outcome])
+        finally:
+            self.live.remove(context.job_id)
+            self.wake.set()
+
+    def _reap_forever(self) -> None:
+        reconnect = Reconnect("reap")
+        interval = conf.get().reaper_interval
+        pause = interval
+        while not self._threads_stop.wait(pause):
+            try:
+                reaper.sweep()
+            except DATABASE_ERRORS as exc:
+                pause = reconnect.failed(exc)
+                continue
+            reconnect.succeeded()
+            pause = interval
+        connections.close_all()
+
+    def _shut_down(self) -> None:
+        self.stopping.set()
+        deadline = time.monotonic() + self.options.shutdown_timeout
+        while self.pool.busy and not self.stop_now.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self.wake.clear()
+            self.wake.wait(min(remaining, 0.5))
+        self._release_unfinished()
+        self._threads_stop.set()
+        self.listener.close()
+        self.heartbeat.join(5)
+        if self.reaper.is_alive():
+            self.reaper.join(5)
+        self.pool.stop(wait=1)
+        connections.close_all()
+        log.info(
+            "worker stopped id=%s %s",
+            self.worker_id,
+            " ".join(f"{name}={count}" for name, count in self.stats.snapshot().items()),
+        )
+
+    def _release_unfinished(self) -> None:
+        for job in self.live.all():
+            job.context.lease_lost.set()
+            try:
+                released = leases.release(job.lease)
+            except DATABASE_ERRORS as exc:
+                log.warning(
+                    "job id=%s not released, the reaper will recover it: %s", job.lease.job_id, exc
+                )
+                continue
+            if released:
+                log.info("job id=%s released at shutdown (attempt refunded)", job.lease.job_id)
+
+    @contextmanager
+    def _signals_handled(self) -> Iterator[None]:
+        """SIGTERM/SIGINT stop claiming; a second SIGINT releases at once (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            if signum == signal.SIGINT and self.stopping.is_set():
+                log.warning(
+                    "worker id=%s second SIGINT: releasing running jobs now", self.worker_id
+                )
+                self.stop_now.set()
+            else:
+                log.info(
+                    "worker id=%s got %s: draining", self.worker_id, signal.Signals(signum).name
+                )
+            self.stop()
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

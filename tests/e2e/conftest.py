@@ -1,0 +1,123 @@
+"""Real ``runworkers`` subprocesses against the test database.
+
+Every e2e test commits its data (``transaction=True``) so the workers see it,
+waits with deadlines only, and leaves no process behind: teardown SIGKILLs
+whatever still runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tests.testapp.models import Gate
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT = 60.0  # the longest any e2e wait may take before the test fails
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is e2e and needs PostgreSQL."""
+    for item in items:
+        if Path(str(item.fspath)).parent == Path(__file__).parent:
+            item.add_marker(pytest.mark.e2e)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = WAIT, what: str = "") -> Any:
+    """Poll ``condition`` every 50 ms until it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(0.05)
+
+
+def open_gate(name: str) -> None:
+    Gate.objects.update_or_create(name=name, defaults={"is_open": True})
+
+
+class WorkerProcess:
+    """A ``manage.py runworkers`` subprocess with its log captured to a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "django", "runworkers", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = WAIT) -> None:
+        wait_until(lambda: text in self.log(), timeout, what=f"{text!r} in the worker log")
+
+    def send(self, sig: signal.Signals) -> None:
+        self.process.send_signal(sig)
+
+    def wait(self, timeout: float = WAIT) -> int:
+        """The exit code; fails the test if the process is still running after ``timeout``."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"worker {self.pid} still running after {timeout}s:\n{self.log()}")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(WAIT)
+        self._log.close()
+
+
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    """Environment pointing a subprocess at this test run's database."""
+    if connection.vendor != "postgresql":
+        pytest.skip("e2e workers run against PostgreSQL")
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "tests.e2e.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture
+def start_worker(
+    worker_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """``start_worker("--concurrency", "4", settings={"LEASE_SECONDS": 2})`` starts a worker."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, settings: dict[str, Any] | None = None) -> WorkerProcess:
+        env = {**worker_env, "DBQUEUE_OVERRIDES": json.dumps(settings or {})}
+        worker = WorkerProcess(list(args), env, tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()

@@ -1,0 +1,29 @@
+"""Settings of the ``runworkers`` subprocesses the e2e tests start.
+
+They reach the test database through ``DATABASE_URL`` (set by the fixture) and
+take ``DBQUEUE`` overrides from ``DBQUEUE_OVERRIDES`` (JSON), so each test can
+shorten leases and intervals. Job logs go to stderr at INFO.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.settings import *  # noqa: F403 - the test settings, adjusted below.
+from tests.settings import DATABASES
+
+DATABASES["default"].pop("TEST", None)
+DBQUEUE = {
+    "LEASE_SECONDS": 30,
+    "POLL_INTERVAL": 1,
+    "REAPER_INTERVAL": 0.5,
+    **json.loads(os.environ.get("DBQUEUE_OVERRIDES", "{}")),
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django_dbqueue": {"handlers": ["stderr"], "level": "INFO"}},
+}

@@ -1,0 +1,64 @@
+"""Tasks the e2e tests run in real worker processes. Each records its attempts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.utils import timezone
+
+from django_dbqueue import JobContext, task
+from tests.testapp.models import Execution, Gate
+
+#: Longest a task waits on a gate before failing: keeps every wait bounded.
+GATE_TIMEOUT = 60.0
+
+
+def record(context: JobContext, label: str = "") -> Execution:
+    """Commit a row saying this attempt started (visible to the test at once)."""
+    return Execution.objects.create(
+        job_id=context.job_id,
+        attempt=context.attempt,
+        worker_id=context.worker_id,
+        idempotency_key=context.idempotency_key,
+        label=label,
+    )
+
+
+def finish(execution: Execution) -> None:
+    execution.finished_at = timezone.now()
+    execution.save(update_fields=["finished_at"])
+
+
+def wait_for_gate(name: str, context: JobContext | None = None) -> None:
+    """Block until the test opens gate ``name`` (heartbeating when given a context)."""
+    deadline = time.monotonic() + GATE_TIMEOUT
+    while not Gate.objects.filter(name=name, is_open=True).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {name!r} stayed closed for {GATE_TIMEOUT}s")
+        if context is not None:
+            context.heartbeat()
+        time.sleep(0.05)
+
+
+@task(takes_context=True)
+def recorded(context: JobContext, label: str = "") -> dict[str, Any]:
+    """Record the attempt and succeed at once."""
+    finish(record(context, label))
+    return {"job_id": context.job_id}
+
+
+@task(takes_context=True, lease=2)
+def gated(context: JobContext, gate: str) -> None:
+    """Record the attempt, then wait for the gate without heartbeating."""
+    execution = record(context, gate)
+    wait_for_gate(gate)
+    finish(execution)
+
+
+@task(takes_context=True, lease=2)
+def gated_with_heartbeat(context: JobContext, gate: str) -> None:
+    """Record the attempt, then wait for the gate, renewing the lease meanwhile."""
+    execution = record(context, gate)
+    wait_for_gate(gate, context)
+    finish(execution)
