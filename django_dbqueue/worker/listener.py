@@ -19,7 +19,7 @@ from django_dbqueue.worker.connections import Reconnect
 log = logging.getLogger(__name__)
 
 #: How often the listener checks that it should stop while no notification comes.
-LISTEN_TICK = 1.0
+LISTEN_TICK = 0.25
 
 
 class Listener(threading.Thread):

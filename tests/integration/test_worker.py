@@ -1,0 +1,126 @@
+"""The worker's parts in-process, on PostgreSQL and SQLite."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from django_dbqueue import leases
+from django_dbqueue.context import JobContext
+from django_dbqueue.models import Job, JobState
+from django_dbqueue.worker.heartbeat import Heartbeat
+from django_dbqueue.worker.live import LiveJobs
+from django_dbqueue.worker.stats import WorkerStats
+from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from tests import tasks
+from tests.factories import JobFactory
+
+
+def live_job(timeout: float | None = None) -> tuple[LiveJobs, JobContext]:
+    tasks.noop.enqueue()
+    (lease,) = leases.claim(None, "w1", 1)
+    live = LiveJobs()
+    context = JobContext(lease)
+    live.add(context, timeout)
+    return live, context
+
+
+@pytest.mark.django_db(transaction=True)
+class TestWorkerInProcess:
+    def test_burst_runs_every_due_job_then_returns(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 30)
+        tasks.noop.using(delay=600).enqueue()
+        worker = Worker(WorkerOptions(burst=True, concurrency=3))
+        worker.run()
+        assert Job.objects.succeeded().count() == 30
+        assert Job.objects.ready().count() == 1
+        assert worker.stats.snapshot()["claimed"] == 30
+        assert worker.stats.snapshot()["succeeded"] == 30
+
+    def test_outcomes_are_counted(self) -> None:
+        tasks.noop.enqueue()
+        tasks.permanent.enqueue()
+        tasks.flaky.enqueue("down")
+        worker = Worker(WorkerOptions(burst=True))
+        worker.run()
+        counts = worker.stats.snapshot()
+        assert (counts["succeeded"], counts["dead"], counts["retried"]) == (1, 1, 1)
+
+    def test_max_jobs_stops_after_that_many(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 5)
+        Worker(WorkerOptions(max_jobs=2, concurrency=4, poll_interval=0.1)).run()
+        assert Job.objects.succeeded().count() == 2
+        assert Job.objects.ready().count() == 3
+
+    def test_only_the_named_queues_are_served(self) -> None:
+        tasks.noop.using(queue="a").enqueue()
+        other = tasks.noop.using(queue="b").enqueue()
+        Worker(WorkerOptions(queues=["a"], burst=True)).run()
+        assert list(Job.objects.ready().values_list("pk", flat=True)) == [other.pk]
+
+    def test_stop_from_another_thread_drains_and_returns(self) -> None:
+        worker = Worker(WorkerOptions(poll_interval=30))
+        threading.Timer(0.2, worker.stop).start()
+        worker.run()  # Returns well before the 30 s poll: stop() wakes the claimer.
+        assert worker.stopping.is_set()
+
+
+@pytest.mark.django_db(transaction=True)
+class TestHeartbeat:
+    def test_beat_renews_live_leases(self) -> None:
+        live, context = live_job()
+        Job.objects.filter(pk=context.job_id).update(
+            lease_until=timezone.now() + timedelta(seconds=1)
+        )
+        Heartbeat(live, WorkerStats(), threading.Event()).beat()
+        assert Job.objects.get(pk=context.job_id).lease_until > timezone.now() + timedelta(
+            seconds=20
+        )
+        assert not context.lease_lost.is_set()
+
+    def test_beat_flags_a_lease_the_database_no_longer_grants(self) -> None:
+        live, context = live_job()
+        Job.objects.filter(pk=context.job_id).update(
+            lease_until=timezone.now() - timedelta(seconds=1)
+        )
+        stats = WorkerStats()
+        Heartbeat(live, stats, threading.Event()).beat()
+        assert context.lease_lost.is_set()
+        assert stats.snapshot()["renew_failures"] == 1
+
+    def test_beat_stops_renewing_a_job_past_its_timeout(self) -> None:
+        live, context = live_job(timeout=-1)
+        before = Job.objects.get(pk=context.job_id).lease_until
+        Heartbeat(live, WorkerStats(), threading.Event()).beat()
+        assert context.lease_lost.is_set()
+        assert Job.objects.get(pk=context.job_id).lease_until == before
+
+    def test_interval_is_a_third_of_the_shortest_lease(self) -> None:
+        live, _ = live_job()
+        assert Heartbeat(live, WorkerStats(), threading.Event()).interval() == pytest.approx(10)
+
+
+@pytest.mark.django_db
+class TestPurgeCommand:
+    def test_dry_run_counts_and_deletes_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
+        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
+        call_command("dbqueue_purge", "--dry-run")
+        assert "would delete 1 finished job(s)" in capsys.readouterr().out
+        assert Job.objects.count() == 1
+
+    def test_purge_deletes_old_finished_jobs(self, capsys: pytest.CaptureFixture[str]) -> None:
+        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
+        JobFactory(state=JobState.READY)
+        call_command("dbqueue_purge", "--batch-size", "10")
+        assert "deleted 1 finished job(s)" in capsys.readouterr().out
+        assert Job.objects.count() == 1
+
+    def test_a_batch_size_below_one_is_a_command_error(self) -> None:
+        from django.core.management import CommandError
+
+        with pytest.raises(CommandError, match="--batch-size"):
+            call_command("dbqueue_purge", "--batch-size", "0")
