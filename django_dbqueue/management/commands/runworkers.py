@@ -9,7 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_dbqueue import conf
-from django_dbqueue.tasks import is_queue_name
+from django_dbqueue.exceptions import InvalidJob
+from django_dbqueue.tasks import check_queue_name
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO}
@@ -67,11 +68,10 @@ class Command(BaseCommand):
         queues = options["queues"]
         allowed = conf.get().queues
         for queue in queues or ():
-            if not is_queue_name(queue):
-                raise CommandError(
-                    f"--queue {queue!r} is not a valid queue name: use 1-100 letters, digits, "
-                    "'_', '-' or '.'."
-                )
+            try:
+                check_queue_name(queue)
+            except InvalidJob as exc:
+                raise CommandError(f"--queue: {exc}") from exc
             if allowed is not None and queue not in allowed:
                 raise CommandError(
                     f"--queue {queue!r} is not in DBQUEUE['QUEUES'] {allowed}; "
