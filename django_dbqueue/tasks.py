@@ -12,7 +12,17 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeGuard, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeGuard,
+    TypeVar,
+    overload,
+)
 
 from django.db.models import Model
 from django.utils.module_loading import import_string
@@ -22,6 +32,7 @@ from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.retry import Backoff
 
 if TYPE_CHECKING:
+    from django_dbqueue.context import JobContext
     from django_dbqueue.models import Job
 
 P = ParamSpec("P")
@@ -173,9 +184,21 @@ def task(
     timeout: float | None = None,
     retry: Backoff | None = None,
     give_up_on: Iterable[type[BaseException]] = (),
-    takes_context: bool = False,
-) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    takes_context: Literal[True],
+) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
+@overload
 def task(
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    lease: float | None = None,
+    timeout: float | None = None,
+    retry: Backoff | None = None,
+    give_up_on: Iterable[type[BaseException]] = (),
+    takes_context: Literal[False] = False,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+def task(  # type: ignore[misc]  # the implementation accepts both overloads' functions.
     func: Callable[P, R] | None = None,
     /,
     *,

@@ -1,7 +1,8 @@
 """The heartbeat: renews every live lease of the process in one statement.
 
 It runs every third of the shortest lease among the running jobs, so a lease
-survives two missed beats. A job past its task's ``timeout`` is no longer
+survives two missed beats; a job with a shorter lease than the others shortens
+the wait as soon as it starts. A job past its task's ``timeout`` is no longer
 renewed: its ``lease_lost`` event is set and the reaper recovers it once the
 lease lapses. A lease the database no longer grants is reported the same way.
 """
@@ -38,11 +39,24 @@ class Heartbeat(threading.Thread):
         return shortest / 3
 
     def run(self) -> None:
+        last_beat = time.monotonic()
         try:
-            while not self.stop.wait(self.interval()):
-                self.beat()
+            while not self.stop.is_set():
+                due = last_beat + self.interval()
+                if time.monotonic() >= due:
+                    self.beat()
+                    last_beat = time.monotonic()
+                    continue
+                # A newly added job may have a shorter lease: recompute the wait then.
+                self.live.added.wait(due - time.monotonic())
+                self.live.added.clear()
         finally:
             close_queue_connection()
+
+    def close(self) -> None:
+        """Stop beating (after ``stop`` is set) and wait for the thread."""
+        self.live.added.set()
+        self.join(5)
 
     def beat(self) -> None:
         """Renew what may still run; flag what may not or is no longer ours."""

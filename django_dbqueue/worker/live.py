@@ -28,6 +28,8 @@ class LiveJobs:
     def __init__(self) -> None:
         self._jobs: dict[int, LiveJob] = {}
         self._lock = threading.Lock()
+        #: Set whenever a job is added, so the heartbeat can shorten its wait.
+        self.added = threading.Event()
 
     def __len__(self) -> int:
         with self._lock:
@@ -37,6 +39,7 @@ class LiveJobs:
         deadline = time.monotonic() + timeout if timeout is not None else None
         with self._lock:
             self._jobs[context.job_id] = LiveJob(context, deadline)
+        self.added.set()
 
     def remove(self, job_id: int) -> None:
         with self._lock:

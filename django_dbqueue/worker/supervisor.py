@@ -192,7 +192,7 @@ class Worker:
         self._release_unfinished()
         self._threads_stop.set()
         self.listener.close()
-        self.heartbeat.join(5)
+        self.heartbeat.close()
         if self.reaper.is_alive():
             self.reaper.join(5)
         self.pool.stop(wait=1)
