@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_dbqueue",
+    "example_project.shop",
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -52,12 +53,15 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'example.sqlite3'}")
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Worker threads share the file: wait for the write lock instead of failing at once.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 
-DBQUEUE = {"QUEUES": ["default", "mail"], "LEASE_SECONDS": 30}
+DBQUEUE = {"QUEUES": ["default", "mail", "payments", "reports"], "LEASE_SECONDS": 30}
 
 LOGGING = {
     "version": 1,
