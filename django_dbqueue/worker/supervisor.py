@@ -91,14 +91,14 @@ class Worker:
 
     def run(self) -> None:
         """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
-        log.info(
-            "worker started id=%s queues=%s concurrency=%s burst=%s",
-            self.worker_id,
-            ",".join(self.queues) if self.queues else "*",
-            self.options.concurrency,
-            self.options.burst,
-        )
         with self._signals_handled():
+            log.info(
+                "worker started id=%s queues=%s concurrency=%s burst=%s",
+                self.worker_id,
+                ",".join(self.queues) if self.queues else "*",
+                self.options.concurrency,
+                self.options.burst,
+            )
             self.pool.start()
             self.heartbeat.start()
             self.listener.start()
