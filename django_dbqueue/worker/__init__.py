@@ -1,1 +1,4 @@
-"""The worker runtime: running claimed jobs (and, later, the runworkers process)."""
+"""The worker runtime behind ``runworkers``: claimer, pool, heartbeat, listener, reaper.
+
+``supervisor.Worker`` is the process; ``execute.execute`` runs one claimed job.
+"""

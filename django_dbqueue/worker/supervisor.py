@@ -188,7 +188,7 @@ class Worker:
             if remaining <= 0:
                 break
             self.wake.clear()
-            self.wake.wait(min(remaining, 0.5))
+            self.wake.wait(remaining)  # a finished job or a second SIGINT sets it
         self._release_unfinished()
         self._threads_stop.set()
         self.listener.close()
