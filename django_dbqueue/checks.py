@@ -21,6 +21,7 @@ SUPPORTED_VENDORS = ("postgresql", "sqlite")
 #: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
 SQLITE_MINIMUM = (3, 35, 0)
 SECONDS = (
+    "OLDEST_READY_WARNING",
     "LEASE_SECONDS",
     "RETRY_BASE",
     "RETRY_FACTOR",

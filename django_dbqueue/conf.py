@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "SUCCEEDED_RETENTION": timedelta(days=1),
     "DEAD_RETENTION": None,
     "NOTIFY_CHANNEL": "dbqueue",
+    "OLDEST_READY_WARNING": 300,
 }
 
 
@@ -48,6 +49,7 @@ class QueueSettings:
     succeeded_retention: timedelta | None
     dead_retention: timedelta | None
     notify_channel: str
+    oldest_ready_warning: float
 
     @property
     def backoff(self) -> Backoff:
