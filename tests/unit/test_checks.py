@@ -176,6 +176,7 @@ def test_e005_numeric_settings_must_be_positive_numbers(
 
 def test_e005_covers_every_number_of_seconds_setting() -> None:
     assert set(checks.SECONDS) == {
+        "OLDEST_READY_WARNING",
         "LEASE_SECONDS",
         "RETRY_BASE",
         "RETRY_FACTOR",
