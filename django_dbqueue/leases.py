@@ -291,13 +291,14 @@ def _record_failures(
 def requeue(job_ids: Iterable[int], extra_attempts: int, actor: str) -> list[int]:
     """Give dead jobs ``extra_attempts`` more attempts and make them due now.
 
-    Only ``dead`` jobs change. Each keeps its id (so its idempotency key),
-    attempts, dedupe key and error history. A job whose dedupe key an active
-    job now holds is skipped. Returns the ids requeued; ``actor`` is logged.
+    Only ``dead`` jobs change; workers are woken when the transaction
+    commits. Each keeps its id (so its idempotency key), attempts, dedupe key
+    and error history. A job whose dedupe key an active job now holds is
+    skipped. Returns the ids requeued; ``actor`` is logged.
     """
     if extra_attempts < 1:
         raise ValueError(f"extra_attempts must be 1 or more, not {extra_attempts}.")
-    ids = _changed("requeue", job_ids, {"extra_attempts": extra_attempts})
+    ids = _changed("requeue", job_ids, {"extra_attempts": extra_attempts, "channel": _channel()})
     if ids:
         log.info("requeued dead jobs ids=%s extra_attempts=%s actor=%s", ids, extra_attempts, actor)
     return ids
@@ -309,6 +310,18 @@ def cancel(job_ids: Iterable[int]) -> list[int]:
     Running and finished jobs are left as they are.
     """
     return _changed("cancel", job_ids, {})
+
+
+def run_now(job_ids: Iterable[int]) -> list[int]:
+    """Make the ``ready`` jobs among ``job_ids`` that are scheduled later due now.
+
+    Returns the ids changed; jobs already due, running or finished are left alone.
+    """
+    return _changed("run_now", job_ids, {"channel": _channel()})
+
+
+def _channel() -> str:
+    return conf.get().notify_channel
 
 
 def _changed(statement: str, job_ids: Iterable[int], params: dict[str, Any]) -> list[int]:

@@ -9,6 +9,7 @@ Only terminal rows are ever deleted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import timedelta
 
 from django.utils import timezone
@@ -70,4 +71,14 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
                 break
     if deleted and not dry_run:
         log.info("purged finished jobs count=%s", deleted)
+    return deleted
+
+
+def delete_finished(job_ids: Iterable[int]) -> int:
+    """Delete the jobs among ``job_ids`` that are in a terminal state; return how many.
+
+    Ready and running jobs are never deleted, whatever was selected.
+    """
+    finished = Job.objects.using(conf.get().database).finished().filter(pk__in=list(job_ids))
+    deleted, _ = finished.delete()
     return deleted

@@ -171,17 +171,34 @@ RETURNING j.id, j.state;
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
 -- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Returns the ids requeued.
-UPDATE dbqueue_job j
-SET state = 'ready', max_attempts = j.max_attempts + %(extra_attempts)s,
-    run_at = clock_timestamp(), finished_at = NULL
-WHERE j.id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
-  AND j.state = 'dead'
-  AND NOT EXISTS (
-      SELECT 1 FROM dbqueue_job a
-      WHERE a.task = j.task AND a.dedupe_key = j.dedupe_key AND a.state IN ('ready', 'running')
-  )
-RETURNING j.id;
+-- active job is skipped. Workers of their queues are notified at commit. Returns the ids
+-- requeued.
+WITH requeued AS (
+    UPDATE dbqueue_job j
+    SET state = 'ready', max_attempts = j.max_attempts + %(extra_attempts)s,
+        run_at = clock_timestamp(), finished_at = NULL
+    WHERE j.id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
+      AND j.state = 'dead'
+      AND NOT EXISTS (
+          SELECT 1 FROM dbqueue_job a
+          WHERE a.task = j.task AND a.dedupe_key = j.dedupe_key
+            AND a.state IN ('ready', 'running')
+      )
+    RETURNING j.id, j.queue
+)
+SELECT id, pg_notify(%(channel)s, queue) FROM requeued;
+
+-- name: run_now
+-- Make the ready jobs in %(job_ids)s that are scheduled in the future due now. Workers of
+-- their queues are notified at commit. Returns the ids changed.
+WITH moved AS (
+    UPDATE dbqueue_job
+    SET run_at = clock_timestamp()
+    WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
+      AND state = 'ready' AND run_at > clock_timestamp()
+    RETURNING id, queue
+)
+SELECT id, pg_notify(%(channel)s, queue) FROM moved;
 
 -- name: cancel
 -- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.

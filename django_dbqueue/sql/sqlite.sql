@@ -142,7 +142,7 @@ RETURNING id, state;
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
 -- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Returns the ids requeued.
+-- active job is skipped. Returns the ids requeued. (%(channel)s: no NOTIFY on SQLite.)
 UPDATE dbqueue_job
 SET state = 'ready', max_attempts = max_attempts + %(extra_attempts)s, run_at = %(now)s,
     finished_at = NULL
@@ -153,6 +153,15 @@ WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
       WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
         AND a.state IN ('ready', 'running')
   )
+RETURNING id;
+
+-- name: run_now
+-- Make the ready jobs in %(job_ids)s that are scheduled in the future due now.
+-- Returns the ids changed. (%(channel)s: no NOTIFY on SQLite.)
+UPDATE dbqueue_job
+SET run_at = %(now)s
+WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
+  AND state = 'ready' AND run_at > %(now)s
 RETURNING id;
 
 -- name: cancel
