@@ -80,5 +80,5 @@ def delete_finished(job_ids: Iterable[int]) -> int:
     Ready and running jobs are never deleted, whatever was selected.
     """
     finished = Job.objects.using(conf.get().database).finished().filter(pk__in=list(job_ids))
-    deleted, _ = finished.delete()
+    deleted: int = finished.delete()[0]
     return deleted
