@@ -1,0 +1,265 @@
+"""Dead-letter triage in the Django admin.
+
+The job list shows what is stuck and why, with queue health above it. Every
+action goes through the same lease-protocol functions the workers use, so a
+job whose state changed meanwhile is skipped and reported, never overwritten.
+Nobody edits lifecycle fields by hand. Replace the registration the usual way
+(``admin.site.unregister(Job)``) to customise it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import flatten_fieldsets
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince
+
+from django_dbqueue import dashboard, leases, reaper
+from django_dbqueue.models import Job, JobState
+
+STATE_COLOURS = {
+    JobState.READY: "#1565c0",
+    JobState.RUNNING: "#ef6c00",
+    JobState.SUCCEEDED: "#2e7d32",
+    JobState.DEAD: "#c62828",
+    JobState.CANCELLED: "#757575",
+}
+#: Columns the list page never needs: kept out of its query.
+HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
+
+
+class RequeueForm(forms.Form):
+    extra_attempts = forms.IntegerField(
+        min_value=1, max_value=1000, initial=1, help_text="Attempts granted on top of the budget."
+    )
+
+
+def pretty_json(value: object) -> SafeString:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+if TYPE_CHECKING:
+    ModelAdmin = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic for type checkers only.
+    ModelAdmin = admin.ModelAdmin
+
+
+@admin.register(Job)
+class JobAdmin(ModelAdmin):
+    list_display = (
+        "state_badge",
+        "id",
+        "task",
+        "queue",
+        "attempts_used",
+        "priority",
+        "run_at",
+        "age",
+        "last_error_code",
+        "last_error_line",
+    )
+    list_display_links = ("id",)
+    list_filter = ("state", "queue", "task", "last_error_code")
+    search_fields = ("task", "dedupe_key", "=subject_id")
+    ordering = ("-id",)
+    list_per_page = 100
+    date_hierarchy = None
+    actions = ("requeue_dead", "cancel_ready", "run_now", "delete_finished")
+    change_list_template = "admin/django_dbqueue/job/change_list.html"
+    fieldsets = (
+        (None, {"fields": ("state_badge", "task", "queue", "priority", "attempts_used")}),
+        ("Timeline", {"fields": ("created_at", "run_at", "started_at", "finished_at")}),
+        ("Call", {"fields": ("arguments", "result_json", "subject_link", "dedupe_key")}),
+        ("Lease", {"fields": ("worker_id", "lease_token", "lease_until", "lease_seconds")}),
+        ("Errors", {"fields": ("last_error_code", "last_error_text", "error_history")}),
+    )
+
+    # --- list and detail -------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        return super().get_queryset(request).defer(*HEAVY_FIELDS)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """Also match a job id when the term is a number."""
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip().isdigit():
+            results |= queryset.filter(pk=int(search_term))
+        return results, may_have_duplicates
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
+        return flatten_fieldsets(self.fieldsets)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_dbqueue.requeue_job")
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return super().changelist_view(request, {**dashboard.context(), **(extra_context or {})})
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        read_only = {"show_save": False, "show_save_and_continue": False}
+        return super().change_view(
+            request, object_id, form_url, {**read_only, **(extra_context or {})}
+        )
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, job: Job) -> SafeString:
+        return format_html(
+            '<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
+            STATE_COLOURS.get(JobState(job.state), "#000"),
+            job.state,
+        )
+
+    @admin.display(description="attempts", ordering="attempts")
+    def attempts_used(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, job: Job) -> str:
+        return timesince(job.created_at, timezone.now())
+
+    @admin.display(description="last error")
+    def last_error_line(self, job: Job) -> str:
+        lines = job.last_error.strip().splitlines()
+        return lines[-1][:200] if lines else ""
+
+    @admin.display(description="last error (end of traceback)")
+    def last_error_text(self, job: Job) -> SafeString | str:
+        return format_html("<pre>{}</pre>", job.last_error) if job.last_error else "-"
+
+    @admin.display(description="arguments")
+    def arguments(self, job: Job) -> SafeString:
+        return pretty_json({"args": job.args, "kwargs": job.kwargs})
+
+    @admin.display(description="result")
+    def result_json(self, job: Job) -> SafeString:
+        return pretty_json(job.result)
+
+    @admin.display(description="subject")
+    def subject_link(self, job: Job) -> SafeString | str:
+        if job.subject_type is None:
+            return "-"
+        label = f"{job.subject_type.app_label}.{job.subject_type.model} {job.subject_id}"
+        try:
+            url = reverse(
+                f"admin:{job.subject_type.app_label}_{job.subject_type.model}_change",
+                args=[job.subject_id],
+            )
+        except NoReverseMatch:
+            return label
+        return format_html('<a href="{}">{}</a>', url, label)
+
+    @admin.display(description="error history")
+    def error_history(self, job: Job) -> SafeString | str:
+        if not job.errors:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}"
+            "<details><summary>traceback</summary><pre>{}</pre></details></td></tr>",
+            (
+                (
+                    entry.get("attempt"),
+                    entry.get("worker"),
+                    entry.get("at"),
+                    entry.get("code"),
+                    entry.get("message"),
+                    entry.get("traceback") or "-",
+                )
+                for entry in job.errors
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>attempt</th><th>worker</th><th>when</th><th>code</th>"
+            "<th>message</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # --- actions -------------------------------------------------------------------------
+
+    @admin.action(description="Requeue dead jobs with more attempts", permissions=["requeue"])
+    def requeue_dead(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        form = RequeueForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            extra = form.cleaned_data["extra_attempts"]
+            self._apply(
+                request,
+                queryset,
+                lambda ids: leases.requeue(ids, extra, actor=request.user.get_username()),
+                f"Requeued with {extra} more attempt(s)",
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Requeue dead jobs",
+            "opts": self.model._meta,
+            "form": form,
+            "jobs": queryset.filter(state=JobState.DEAD),
+            "skipped": queryset.exclude(state=JobState.DEAD).count(),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "action": "requeue_dead",
+        }
+        return TemplateResponse(request, "admin/django_dbqueue/job/requeue_dead.html", context)
+
+    @admin.action(description="Cancel ready jobs", permissions=["change"])
+    def cancel_ready(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(request, queryset, leases.cancel, "Cancelled")
+
+    @admin.action(description="Run now (ready jobs scheduled later)", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(request, queryset, leases.run_now, "Made due now")
+
+    @admin.action(description="Delete finished jobs", permissions=["delete"])
+    def delete_finished(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(request, queryset, reaper.delete_finished, "Deleted", DELETION)
+
+    def _apply(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        transition: Callable[[Iterable[int]], list[int]],
+        verb: str,
+        flag: int = CHANGE,
+    ) -> None:
+        """Run ``transition`` on the selection; log the changed jobs and report the rest."""
+        jobs = {job.pk: job for job in queryset}
+        changed = transition(list(jobs))
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,
+            queryset=[jobs[job_id] for job_id in changed],
+            action_flag=flag,
+            change_message=f"{verb} (admin action)",
+        )
+        self._report(request, verb, len(changed), len(jobs) - len(changed))
+
+    def _report(self, request: HttpRequest, verb: str, changed: int, skipped: int) -> None:
+        level = messages.SUCCESS if changed else messages.WARNING
+        text = f"{verb}: {changed} job(s)."
+        if skipped:
+            text += f" Skipped {skipped} whose state did not allow it (or changed meanwhile)."
+        self.message_user(request, text, level)
