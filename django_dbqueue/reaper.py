@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from django_dbqueue import conf, leases
@@ -74,11 +75,17 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
     return deleted
 
 
-def delete_finished(job_ids: Iterable[int]) -> int:
-    """Delete the jobs among ``job_ids`` that are in a terminal state; return how many.
+def delete_finished(job_ids: Iterable[int]) -> list[int]:
+    """Delete the jobs among ``job_ids`` that are in a terminal state; return their ids.
 
-    Ready and running jobs are never deleted, whatever was selected.
+    Ready and running jobs are never deleted, whatever was selected; the rows
+    are locked first, so a job requeued meanwhile is not deleted either.
     """
-    finished = Job.objects.using(conf.get().database).finished().filter(pk__in=list(job_ids))
-    deleted: int = finished.delete()[0]
+    database = conf.get().database
+    with transaction.atomic(using=database):
+        finished = (
+            Job.objects.using(database).finished().filter(pk__in=list(job_ids)).select_for_update()
+        )
+        deleted = sorted(finished.values_list("pk", flat=True))
+        Job.objects.using(database).filter(pk__in=deleted).delete()
     return deleted

@@ -1,20 +1,86 @@
-"""Counters of one worker process, for logs and the metrics endpoint."""
+"""Counters and duration histograms of one worker process, for logs and metrics.
+
+Plain Python with no metrics library: ``django_dbqueue.metrics`` turns them
+into Prometheus samples when the ``prometheus`` extra is installed.
+"""
 
 from __future__ import annotations
 
+import bisect
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+
+#: The counters, in the order logs print them.
+COUNTERS = (
+    "claimed",
+    "succeeded",
+    "retried",
+    "dead",
+    "lost_lease_writes",
+    "unrecorded",
+    "renew_failures",
+)
+#: Upper bounds (seconds) for one batched claim: a claim is one short statement.
+CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: Upper bounds (seconds) for one job run, task code and outcome write included.
+RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """A histogram at one moment, in Prometheus' shape.
+
+    ``cumulative[i]`` counts observations ``<= buckets[i]``; observations above
+    the last bound appear only in ``count`` (the ``+Inf`` bucket).
+    """
+
+    buckets: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    sum: float
+    count: int
+
+
+class Histogram:
+    """Fixed-bucket histogram of durations in seconds. ``observe`` is thread-safe."""
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        if not buckets or list(buckets) != sorted(set(buckets)):
+            raise ValueError(f"buckets must be strictly increasing, not {buckets!r}.")
+        self.buckets = buckets
+        self._counts = [0] * (len(buckets) + 1)  # the last slot is "above every bound"
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        """Count one duration; a value equal to a bound falls in that bound's bucket."""
+        slot = bisect.bisect_left(self.buckets, seconds)
+        with self._lock:
+            self._counts[slot] += 1
+            self._sum += seconds
+
+    def snapshot(self) -> HistogramSnapshot:
+        """Consistent counts, sum and total, taken under the lock."""
+        with self._lock:
+            counts = list(self._counts)
+            total = self._sum
+        cumulative: list[int] = []
+        running = 0
+        for count in counts[:-1]:
+            running += count
+            cumulative.append(running)
+        return HistogramSnapshot(self.buckets, tuple(cumulative), total, sum(counts))
 
 
 @dataclass
 class WorkerStats:
-    """What this process did since it started. Increments are thread-safe.
+    """What this process did since it started. Increments and observations are thread-safe.
 
     ``lost_lease_writes`` counts attempts whose outcome the database refused
     because the lease was gone; ``unrecorded`` counts outcomes that could not
     be written at all (database unreachable until the lease ran out: the
     reaper recovers those jobs); ``renew_failures`` counts leases the
-    heartbeat found lost.
+    heartbeat found lost. ``claim_duration`` times each successful batched
+    claim; ``run_duration`` times each job from start to recorded outcome.
     """
 
     claimed: int = 0
@@ -24,18 +90,24 @@ class WorkerStats:
     lost_lease_writes: int = 0
     unrecorded: int = 0
     renew_failures: int = 0
+    claim_duration: Histogram = field(
+        default_factory=lambda: Histogram(CLAIM_BUCKETS), repr=False, compare=False
+    )
+    run_duration: Histogram = field(
+        default_factory=lambda: Histogram(RUN_BUCKETS), repr=False, compare=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:
+        if name not in COUNTERS:
+            raise ValueError(f"{name!r} is not a worker counter; use one of {COUNTERS}.")
         with self._lock:
             setattr(self, name, getattr(self, name) + amount)
 
     def snapshot(self) -> dict[str, int]:
-        """The counters now, as a plain dict."""
+        """The counters now, as a plain dict (histograms are read on their own)."""
         with self._lock:
-            return {
-                f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")
-            }
+            return {name: getattr(self, name) for name in COUNTERS}
 
     @property
     def finished(self) -> int:

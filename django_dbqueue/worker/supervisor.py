@@ -62,6 +62,8 @@ class WorkerOptions:
     poll_interval: float | None = None
     shutdown_timeout: float = 30.0
     reaper: bool = True
+    metrics_port: int | None = None  # serve Prometheus metrics there (the prometheus extra)
+    metrics_host: str = "127.0.0.1"
 
 
 class Worker:
@@ -91,7 +93,7 @@ class Worker:
 
     def run(self) -> None:
         """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
-        with self._signals_handled():
+        with self._signals_handled(), self._metrics_served():
             log.info(
                 "worker started id=%s queues=%s concurrency=%s burst=%s",
                 self.worker_id,
@@ -124,11 +126,13 @@ class Worker:
                     return
                 self.wake.wait(self.poll_interval)
                 continue
+            started = time.monotonic()
             try:
                 claimed = leases.claim(self.queues, self.worker_id, wanted)
             except DATABASE_ERRORS as exc:
                 self.stopping.wait(reconnect.failed(exc))
                 continue
+            self.stats.claim_duration.observe(time.monotonic() - started)
             reconnect.succeeded()
             for lease in claimed:
                 self._start_job(lease)
@@ -159,8 +163,10 @@ class Worker:
         self.pool.submit(context)
 
     def _run_job(self, context: JobContext) -> None:
+        started = time.monotonic()
         try:
             outcome = execute(context.lease, context)
+            self.stats.run_duration.observe(time.monotonic() - started)
             self.stats.add(COUNTER_OF[outcome])
         finally:
             self.live.remove(context.job_id)
@@ -215,6 +221,25 @@ class Worker:
                 continue
             if released:
                 log.info("job id=%s released at shutdown (attempt refunded)", job.lease.job_id)
+
+    @contextmanager
+    def _metrics_served(self) -> Iterator[None]:
+        """Serve ``/metrics`` while the worker runs, when ``metrics_port`` is set."""
+        port = self.options.metrics_port
+        if port is None:
+            yield
+            return
+        # Imported here: only a worker serving metrics needs prometheus-client.
+        from django_dbqueue import metrics
+
+        server = metrics.serve(self.worker_id, self.stats, self.options.metrics_host, port)
+        log.info(
+            "worker id=%s metrics at http://%s:%s/metrics", self.worker_id, *server.address
+        )
+        try:
+            yield
+        finally:
+            server.close()
 
     @contextmanager
     def _signals_handled(self) -> Iterator[None]:

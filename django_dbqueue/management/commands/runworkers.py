@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_dbqueue import conf
@@ -57,11 +59,27 @@ class Command(BaseCommand):
             dest="reaper",
             help="Do not recover expired leases or purge old jobs in this process.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="Serve Prometheus metrics (this worker's counters and the queue gauges) at "
+            "http://HOST:PORT/metrics. Needs django-dbqueue[prometheus].",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="127.0.0.1",
+            metavar="HOST",
+            help="Address the metrics server listens on (default 127.0.0.1; 0.0.0.0 for all).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         worker = Worker(self.worker_options(options))
         self.configure_logging(options["verbosity"])
-        worker.run()
+        try:
+            worker.run()
+        except ImproperlyConfigured as exc:  # the metrics server could not start
+            raise CommandError(str(exc)) from exc
 
     def worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         """Validate the command line; a mistake is a ``CommandError`` saying what to do."""
@@ -89,6 +107,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--shutdown-timeout must be 0 or more seconds, not {options['shutdown_timeout']}."
             )
+        if options["metrics_port"] is not None:
+            check_metrics_available(options["metrics_port"])
         return WorkerOptions(
             queues=sorted(set(queues)) if queues else None,
             concurrency=options["concurrency"],
@@ -98,6 +118,8 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"],
             shutdown_timeout=options["shutdown_timeout"],
             reaper=options["reaper"],
+            metrics_port=options["metrics_port"],
+            metrics_host=options["metrics_host"],
         )
 
     def configure_logging(self, verbosity: int) -> None:
@@ -109,3 +131,13 @@ class Command(BaseCommand):
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(LOG_LEVELS.get(verbosity, logging.DEBUG))
+
+
+def check_metrics_available(port: int) -> None:
+    """``--metrics-port`` needs a real port and prometheus-client, else ``CommandError``."""
+    if not 1 <= port <= 65535:
+        raise CommandError(f"--metrics-port must be a TCP port from 1 to 65535, not {port}.")
+    try:
+        importlib.import_module("django_dbqueue.metrics")
+    except ImproperlyConfigured as exc:
+        raise CommandError(f"--metrics-port: {exc}") from exc
