@@ -107,25 +107,20 @@ class JobAdmin(ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        """Actions may change jobs; nobody edits a job's fields by hand (read-only page)."""
+        return obj is None and super().has_change_permission(request)
+
     def has_requeue_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_dbqueue.requeue_job")
+        """Requeue changes state (change permission) and grants attempts (``requeue_job``)."""
+        return self.has_change_permission(request) and request.user.has_perm(
+            "django_dbqueue.requeue_job"
+        )
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         return super().changelist_view(request, {**dashboard.context(), **(extra_context or {})})
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        read_only = {"show_save": False, "show_save_and_continue": False}
-        return super().change_view(
-            request, object_id, form_url, {**read_only, **(extra_context or {})}
-        )
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> SafeString:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django_dbqueue import conf, stats
 from django_dbqueue.models import JobState
 
-CHART_MINUTES = 60
+CHART_MINUTES = int(stats.RECENT / timedelta(minutes=1))
 CHART_WIDTH = 360
 CHART_HEIGHT = 60
 #: Stacking order and colours of the outcomes in the chart.
@@ -63,7 +63,7 @@ def queue_rows(now: datetime) -> list[QueueRow]:
 def chart_bars(now: datetime) -> tuple[list[Bar], int]:
     """Stacked bars of jobs finished per minute over the last hour, and the tallest total."""
     counts = stats.finished_per_minute(now)
-    start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
+    start = stats.window_start(now)
     totals: dict[datetime, int] = {}
     for row in counts:
         totals[row.minute] = totals.get(row.minute, 0) + row.count

@@ -91,12 +91,17 @@ class MinuteCount:
     count: int
 
 
+def window_start(now: datetime) -> datetime:
+    """The first whole minute of the hour of minutes that ends with ``now``'s minute."""
+    return now.replace(second=0, microsecond=0) - (RECENT - timedelta(minutes=1))
+
+
 def finished_per_minute(now: datetime | None = None) -> list[MinuteCount]:
-    """Jobs finished per minute over the last hour, by terminal state, oldest first."""
+    """Jobs finished per whole minute of the last hour, by terminal state, oldest first."""
     now = now or timezone.now()
     rows = (
         Job.objects.using(conf.get().database)
-        .filter(finished_at__gte=now - RECENT, finished_at__lte=now)
+        .filter(finished_at__gte=window_start(now), finished_at__lte=now)
         .annotate(minute=TruncMinute("finished_at"))
         .values("minute", "state")
         .annotate(count=Count("id"))
