@@ -108,12 +108,3 @@ class WorkerStats:
         """The counters now, as a plain dict (histograms are read on their own)."""
         with self._lock:
             return {name: getattr(self, name) for name in COUNTERS}
-
-    @property
-    def finished(self) -> int:
-        """Attempts this process has brought to an end, whatever their outcome."""
-        counts = self.snapshot()
-        return sum(
-            counts[name]
-            for name in ("succeeded", "retried", "dead", "lost_lease_writes", "unrecorded")
-        )

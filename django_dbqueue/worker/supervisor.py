@@ -5,6 +5,7 @@ waits for a wake-up (a commit on a served queue, a finished job) or the poll
 interval, so an idle worker costs one claim per interval. SIGTERM or SIGINT
 stops claiming, lets running jobs finish for ``shutdown_timeout`` seconds and
 releases the rest (attempt refunded); a second SIGINT releases at once.
+With ``metrics_port`` set, ``/metrics`` is served for as long as ``run()`` lasts.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class WorkerOptions:
 class Worker:
     """A worker process's machinery. ``run()`` blocks until it is told to stop.
 
-    ``stats`` holds the process's counters while it runs and after.
+    ``stats`` holds the process's counters and its claim and run duration
+    histograms while it runs and after.
     """
 
     def __init__(self, options: WorkerOptions) -> None:
@@ -233,9 +235,7 @@ class Worker:
         from django_dbqueue import metrics
 
         server = metrics.serve(self.worker_id, self.stats, self.options.metrics_host, port)
-        log.info(
-            "worker id=%s metrics at http://%s:%s/metrics", self.worker_id, *server.address
-        )
+        log.info("worker id=%s metrics at http://%s:%s/metrics", self.worker_id, *server.address)
         try:
             yield
         finally:

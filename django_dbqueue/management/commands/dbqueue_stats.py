@@ -1,0 +1,143 @@
+"""``manage.py dbqueue_stats``: queue health in the terminal, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from django_dbqueue import conf
+from django_dbqueue.stats import QueueStats, as_json, queue_stats
+from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
+
+COLUMNS = (
+    "queue",
+    "ready",
+    "scheduled",
+    "running",
+    "expiring",
+    "dead",
+    "succeeded/1h",
+    "oldest ready",
+)
+STALE = "!"
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def humanise(seconds: float | None) -> str:
+    """``4m12s``, ``2h05m``, ``3d04h``; ``-`` when there is nothing to age."""
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def is_stale(queue: QueueStats, warning: float) -> bool:
+    age = queue.oldest_ready_age_seconds
+    return age is not None and age > warning
+
+
+def table(stats: dict[str, QueueStats], warning: float) -> str:
+    """One row per queue, numbers right-aligned; a footnote explains ``!``."""
+    if not stats:
+        return "No queue has ready, running, dead or recently succeeded jobs."
+    rows = [
+        [
+            name,
+            *(
+                str(value)
+                for value in (
+                    queue.ready,
+                    queue.scheduled,
+                    queue.running,
+                    queue.expiring,
+                    queue.dead,
+                    queue.succeeded_last_hour,
+                )
+            ),
+            humanise(queue.oldest_ready_age_seconds)
+            + (f" {STALE}" if is_stale(queue, warning) else ""),
+        ]
+        for name, queue in stats.items()
+    ]
+    widths = [max(len(row[i]) for row in [list(COLUMNS), *rows]) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i in (0, len(COLUMNS) - 1) else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in [list(COLUMNS), *rows]
+    ]
+    if any(is_stale(queue, warning) for queue in stats.values()):
+        lines.append(
+            f"{STALE} the oldest ready job has waited longer than OLDEST_READY_WARNING "
+            f"({humanise(warning)}): is a worker serving that queue, with enough slots?"
+        )
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = (
+        "Show each queue's health: ready (due), scheduled, running, leases expiring within "
+        "30 s, dead, succeeded in the last hour, and the oldest ready job's age."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            dest="json_output",
+            help='Print {"queues": {name: {...}}} for scripts (one line per refresh with --watch).',
+        )
+        parser.add_argument(
+            "--watch",
+            type=float,
+            metavar="N",
+            help="Refresh every N seconds until Ctrl-C.",
+        )
+
+    def handle(self, *args: Any, json_output: bool, watch: float | None, **options: Any) -> None:
+        if watch is None:
+            self.stdout.write(self.render(json_output, indent=2))
+            return
+        if not watch > 0:
+            raise CommandError(f"--watch must be above 0 seconds, not {watch:g}.")
+        try:
+            while True:
+                self.refresh(json_output, watch)
+                time.sleep(watch)
+        except KeyboardInterrupt:
+            return
+
+    def render(self, json_output: bool, indent: int | None) -> str:
+        stats = queue_stats()
+        if json_output:
+            return json.dumps(as_json(stats), indent=indent, sort_keys=True)
+        return table(stats, conf.get().oldest_ready_warning)
+
+    def refresh(self, json_output: bool, every: float) -> None:
+        """Print the stats once more; a database error is shown and retried next time."""
+        try:
+            output = self.render(json_output, indent=None)
+        except DATABASE_ERRORS as exc:
+            close_queue_connection()
+            self.stderr.write(f"database error, retrying in {every:g}s: {exc}")
+            return
+        if json_output:
+            self.stdout.write(output)
+            return
+        if self.stdout.isatty():
+            self.stdout.write(CLEAR_SCREEN, ending="")
+        now = timezone.localtime().strftime("%Y-%m-%d %H:%M:%S %Z")
+        self.stdout.write(f"{now}  every {every:g}s, Ctrl-C to stop\n{output}\n")

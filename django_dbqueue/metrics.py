@@ -1,0 +1,237 @@
+"""Prometheus exposition of queue health and worker counters (the ``prometheus`` extra).
+
+Import this module only where metrics are wanted: it needs ``prometheus-client``
+(``pip install "django-dbqueue[prometheus]"``). Samples are read at scrape time
+from ``queue_stats()`` and a worker's ``WorkerStats``; nothing is registered in
+prometheus_client's global registry, so a project's own metrics never clash.
+
+- ``queue_metrics_view``: the queue gauges, for a project's URLconf.
+- ``serve(...)``: what ``runworkers --metrics-port`` starts: the worker's
+  counters and histograms plus the queue gauges on a small HTTP server thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from django_dbqueue import conf
+from django_dbqueue.stats import QueueStats, queue_stats
+from django_dbqueue.worker.connections import DATABASE_ERRORS
+from django_dbqueue.worker.stats import HistogramSnapshot, WorkerStats
+
+INSTALL_HINT = (
+    'django_dbqueue.metrics needs prometheus-client: pip install "django-dbqueue[prometheus]".'
+)
+
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        generate_latest,
+        start_http_server,
+    )
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImproperlyConfigured(INSTALL_HINT) from exc
+
+log = logging.getLogger(__name__)
+
+#: ``QueueStats`` field -> (gauge name, help), labelled ``queue``.
+QUEUE_GAUGES = {
+    "ready": ("dbqueue_queue_ready_jobs", "Ready jobs that are due now."),
+    "scheduled": ("dbqueue_queue_scheduled_jobs", "Ready jobs whose run_at is still ahead."),
+    "running": ("dbqueue_queue_running_jobs", "Jobs held under a lease."),
+    "expiring": (
+        "dbqueue_queue_expiring_leases",
+        "Running jobs whose lease ends within 30 seconds.",
+    ),
+    "dead": ("dbqueue_queue_dead_jobs", "Dead jobs waiting for an operator."),
+    "succeeded_last_hour": (
+        "dbqueue_queue_succeeded_last_hour",
+        "Jobs that succeeded in the last hour.",
+    ),
+    "oldest_ready_age_seconds": (
+        "dbqueue_queue_oldest_ready_age_seconds",
+        "Seconds the oldest due ready job has waited; 0 when none waits.",
+    ),
+}
+#: ``WorkerStats`` counter -> (counter name, help), labelled ``worker_id``.
+WORKER_COUNTERS = {
+    "claimed": ("dbqueue_worker_jobs_claimed_total", "Jobs this worker claimed."),
+    "succeeded": ("dbqueue_worker_jobs_succeeded_total", "Attempts that succeeded."),
+    "retried": ("dbqueue_worker_jobs_retried_total", "Attempts that failed and were retried."),
+    "dead": ("dbqueue_worker_jobs_dead_total", "Attempts that left their job dead."),
+    "lost_lease_writes": (
+        "dbqueue_worker_lost_lease_writes_total",
+        "Outcomes refused because the lease was lost.",
+    ),
+    "renew_failures": (
+        "dbqueue_worker_renew_failures_total",
+        "Leases the heartbeat found lost.",
+    ),
+    "unrecorded": (
+        "dbqueue_worker_unrecorded_total",
+        "Outcomes never written (database unreachable); the reaper recovers those jobs.",
+    ),
+}
+#: ``WorkerStats`` histogram -> (histogram name, help), labelled ``worker_id``.
+WORKER_HISTOGRAMS = {
+    "claim_duration": (
+        "dbqueue_worker_claim_duration_seconds",
+        "Seconds per batched claim statement.",
+    ),
+    "run_duration": (
+        "dbqueue_worker_run_duration_seconds",
+        "Seconds per job attempt, task code and outcome write included.",
+    ),
+}
+
+
+class QueueCollector:
+    """Queue gauges from one ``queue_stats()`` query per scrape.
+
+    Queues named in ``DBQUEUE['QUEUES']`` always appear (zeros when idle) so
+    alerts see a series. With ``own_connection`` (a scrape thread outside
+    Django's request cycle) the thread's connection is closed after each
+    scrape, and a database error leaves the gauges out instead of failing
+    the whole scrape.
+    """
+
+    def __init__(self, *, own_connection: bool = False) -> None:
+        self.own_connection = own_connection
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._read()
+        if stats is None:
+            return
+        families = {
+            field: GaugeMetricFamily(name, help_text, labels=["queue"])
+            for field, (name, help_text) in QUEUE_GAUGES.items()
+        }
+        for queue, values in sorted(stats.items()):
+            for field, family in families.items():
+                family.add_metric([queue], getattr(values, field) or 0)
+        yield from families.values()
+
+    def _read(self) -> dict[str, QueueStats] | None:
+        if not self.own_connection:
+            return with_configured_queues(queue_stats())
+        try:
+            return with_configured_queues(queue_stats())
+        except DATABASE_ERRORS as exc:
+            log.warning("metrics scrape left out queue gauges, database error: %s", exc)
+            return None
+        finally:
+            connections[conf.get().database].close()
+
+
+def with_configured_queues(stats: dict[str, QueueStats]) -> dict[str, QueueStats]:
+    """``stats`` plus an all-zero entry for each configured queue that has no jobs."""
+    idle = QueueStats(0, 0, 0, 0, 0, 0, None)
+    return {**dict.fromkeys(conf.get().queues or (), idle), **stats}
+
+
+class WorkerCollector:
+    """One worker's counters and duration histograms, labelled with its ``worker_id``."""
+
+    def __init__(self, worker_id: str, stats: WorkerStats) -> None:
+        self.worker_id = worker_id
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.stats.snapshot()
+        for counter, (name, help_text) in WORKER_COUNTERS.items():
+            family = CounterMetricFamily(name, help_text, labels=["worker_id"])
+            family.add_metric([self.worker_id], counts[counter])
+            yield family
+        for attribute, (name, help_text) in WORKER_HISTOGRAMS.items():
+            histogram = getattr(self.stats, attribute).snapshot()
+            durations = HistogramMetricFamily(name, help_text, labels=["worker_id"])
+            durations.add_metric([self.worker_id], prometheus_buckets(histogram), histogram.sum)
+            yield durations
+
+
+def prometheus_buckets(histogram: HistogramSnapshot) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` pairs ending with ``+Inf``, as exposition expects."""
+    pairs = [
+        (repr(float(bound)), count)
+        for bound, count in zip(histogram.buckets, histogram.cumulative, strict=True)
+    ]
+    return [*pairs, ("+Inf", histogram.count)]
+
+
+def queue_registry(*, own_connection: bool = False) -> CollectorRegistry:
+    """A private registry holding only the queue gauges."""
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(own_connection=own_connection))
+    return registry
+
+
+def worker_registry(worker_id: str, stats: WorkerStats) -> CollectorRegistry:
+    """A private registry with a worker's counters and histograms plus the queue gauges."""
+    registry = queue_registry(own_connection=True)
+    registry.register(WorkerCollector(worker_id, stats))
+    return registry
+
+
+_VIEW_REGISTRY = queue_registry()
+
+
+@require_GET
+def queue_metrics_view(request: HttpRequest) -> HttpResponse:
+    """The queue gauges in Prometheus' text format; one grouped query per request.
+
+    Not protected by itself: wrap it (``staff_member_required``, a token
+    check) or expose it only to the scraper's network.
+    """
+    return HttpResponse(generate_latest(_VIEW_REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+@dataclass
+class MetricsServer:
+    """The HTTP server thread ``serve`` started; ``close()`` stops it."""
+
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        """Stop serving and free the port; returns once the serving thread ended."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def serve(worker_id: str, stats: WorkerStats, host: str, port: int) -> MetricsServer:
+    """Serve a worker's metrics and the queue gauges at ``http://host:port/metrics``.
+
+    Port 0 picks a free port (read it from ``.address``). A port in use or an
+    unknown host raises ``ImproperlyConfigured`` saying so.
+    """
+    registry = worker_registry(worker_id, stats)
+    try:
+        server, thread = start_http_server(port, host, registry=registry)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"Cannot serve metrics on {host}:{port}: {exc}. "
+            "Pick a free --metrics-port (or another --metrics-host)."
+        ) from exc
+    return MetricsServer(server, thread)

@@ -1,0 +1,91 @@
+"""``runworkers --metrics-port``: a real worker process serves Prometheus metrics."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_dbqueue.models import Job, JobState
+from tests import tasks
+from tests.e2e.conftest import WorkerProcess, wait_until
+
+StartWorker = Callable[..., WorkerProcess]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def scrape(port: int) -> Samples | None:
+    """Every sample at ``/metrics`` by (name, sorted labels); None while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_metrics_port_serves_its_counters_and_the_queue_gauges(
+    start_worker: StartWorker,
+) -> None:
+    port = free_port()
+    tasks.noop.enqueue_many([((), {})] * 2)
+    tasks.permanent.enqueue()
+    worker = start_worker("--worker-id", "w-prom", "--metrics-port", str(port))
+    worker.wait_for_log(f"worker id=w-prom metrics at http://127.0.0.1:{port}/metrics")
+    wait_until(
+        lambda: Job.objects.filter(state__in=[JobState.SUCCEEDED, JobState.DEAD]).count() == 3,
+        what="three jobs finished",
+    )
+    me = (("worker_id", "w-prom"),)
+
+    def settled() -> Samples | None:
+        samples = scrape(port) or {}
+        outcomes = ("dbqueue_worker_jobs_succeeded_total", "dbqueue_worker_jobs_dead_total")
+        finished = sum(samples.get((name, me), 0) for name in outcomes)
+        return samples if finished == 3 else None  # counters follow the outcome writes
+
+    samples = wait_until(settled, what="three outcomes counted in /metrics")
+
+    assert samples[("dbqueue_worker_jobs_claimed_total", me)] == 3
+    assert samples[("dbqueue_worker_jobs_succeeded_total", me)] == 2
+    assert samples[("dbqueue_worker_jobs_dead_total", me)] == 1
+    assert samples[("dbqueue_worker_jobs_retried_total", me)] == 0
+    assert samples[("dbqueue_worker_lost_lease_writes_total", me)] == 0
+    assert samples[("dbqueue_worker_renew_failures_total", me)] == 0
+    assert samples[("dbqueue_worker_unrecorded_total", me)] == 0
+    assert samples[("dbqueue_worker_run_duration_seconds_count", me)] == 3
+    assert samples[("dbqueue_worker_claim_duration_seconds_count", me)] >= 1
+    default = (("queue", "default"),)
+    assert samples[("dbqueue_queue_succeeded_last_hour", default)] == 2
+    assert samples[("dbqueue_queue_dead_jobs", default)] == 1
+    assert samples[("dbqueue_queue_ready_jobs", default)] == 0
+
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert scrape(port) is None  # the port closed with the process
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_refuses_a_metrics_port_already_in_use(start_worker: StartWorker) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = start_worker("--metrics-port", str(port))
+        assert worker.wait() == 1
+    assert f"CommandError: Cannot serve metrics on 127.0.0.1:{port}" in worker.log()
