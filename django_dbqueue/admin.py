@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import QuerySet
@@ -39,6 +38,19 @@ STATE_COLOURS = {
 }
 #: Columns the list page never needs: kept out of its query.
 HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Filter by state, labelled with the state words themselves (as in logs and badges)."""
+
+    title = "state"
+    parameter_name = "state__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state) for state in JobState.values]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(state=self.value()) if self.value() else queryset
 
 
 class RequeueForm(forms.Form):
@@ -65,14 +77,14 @@ class JobAdmin(ModelAdmin):
         "task",
         "queue",
         "attempts_used",
-        "priority",
-        "run_at",
-        "age",
         "last_error_code",
         "last_error_line",
+        "age",
+        "priority",
+        "run_at",
     )
     list_display_links = ("id",)
-    list_filter = ("state", "queue", "task", "last_error_code")
+    list_filter = (StateFilter, "queue", "task", "last_error_code")
     search_fields = ("task", "dedupe_key", "=subject_id")
     ordering = ("-id",)
     list_per_page = 100
@@ -140,8 +152,7 @@ class JobAdmin(ModelAdmin):
 
     @admin.display(description="last error")
     def last_error_line(self, job: Job) -> str:
-        lines = job.last_error.strip().splitlines()
-        return lines[-1][:200] if lines else ""
+        return job.last_error_line[:200]
 
     @admin.display(description="last error (end of traceback)")
     def last_error_text(self, job: Job) -> SafeString | str:
@@ -216,7 +227,8 @@ class JobAdmin(ModelAdmin):
             "form": form,
             "jobs": queryset.filter(state=JobState.DEAD),
             "skipped": queryset.exclude(state=JobState.DEAD).count(),
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            # Every selected job, also with "select all": the apply step re-posts these ids.
+            "selected": list(queryset.values_list("pk", flat=True)),
             "action": "requeue_dead",
         }
         return TemplateResponse(request, "admin/django_dbqueue/job/requeue_dead.html", context)

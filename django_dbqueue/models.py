@@ -169,6 +169,12 @@ class Job(models.Model):
         return f"job {self.pk} {self.task} ({self.state})"
 
     @property
+    def last_error_line(self) -> str:
+        """The last line of ``last_error``: the exception, where a traceback ends."""
+        lines = self.last_error.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    @property
     def idempotency_key(self) -> str:
         """Stable across attempts and operator requeues: derived from the id."""
         return f"dbqueue-job-{self.pk}"

@@ -331,6 +331,26 @@ def assert_not_logged(jobs: Iterable[Job]) -> None:
 
 
 class TestRequeueDead:
+    def test_select_all_requeues_every_dead_job_the_page_listed(self, admin_client: Client) -> None:
+        dead = [dead_job(), dead_job(), dead_job()]
+        page = post_action(admin_client, "requeue_dead", dead[:1], select_across="1")
+        for each in dead:
+            assert f'name="_selected_action" value="{each.pk}"' in page.content.decode()
+        hidden_ids = re.findall(r'name="_selected_action" value="(\d+)"', page.content.decode())
+        apply_requeue(admin_client, [Job(pk=int(pk)) for pk in hidden_ids], extra_attempts="1")
+        assert [state_of(each) for each in dead] == [JobState.READY] * 3
+
+    def test_confirmation_shows_the_exception_line_of_a_long_traceback(
+        self, admin_client: Client
+    ) -> None:
+        frames = "".join(f'  File "deep.py", line {n}\n    f{n + 1}()\n' for n in range(40))
+        long = dead_job()
+        Job.objects.filter(pk=long.pk).update(
+            last_error=f"Traceback (most recent call last):\n{frames}KeyError: 'sku-9'"
+        )
+        page = post_action(admin_client, "requeue_dead", [long]).content.decode()
+        assert "KeyError: &#x27;sku-9&#x27;" in page
+
     def test_first_post_lists_only_the_selected_dead_jobs_and_their_last_errors(
         self, admin_client: Client, mixed: dict[str, Job]
     ) -> None:

@@ -1,0 +1,141 @@
+"""An operator triages the dead-letter queue in the admin, in a real chromium."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import AbstractUser
+from playwright.sync_api import Locator, Page, expect
+from pytest_django.live_server_helper import LiveServer
+
+from django_dbqueue.models import Job, JobState
+from tests.browser.conftest import BrowserPage
+from tests.factories import JobFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+USERNAME = "oncall"
+PASSWORD = "correct horse battery staple"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "shop/payments.py", line 42, in charge\n'
+    "    raise ValueError(msg)\n"
+    "ValueError: card declined by the acquirer"
+)
+
+
+def dead_job_with_history() -> Job:
+    """A dead job that used all five attempts, each failure recorded."""
+    history = [
+        {
+            "attempt": attempt,
+            "worker": "host-1:4242",
+            "at": f"2024-05-01T03:0{attempt}:00+00:00",
+            "code": "ValueError",
+            "message": "card declined by the acquirer",
+            "traceback": TRACEBACK,
+        }
+        for attempt in range(1, 6)
+    ]
+    return JobFactory(
+        dead=True,
+        task="tests.tasks.charge_card",
+        queue="payments",
+        last_error=TRACEBACK,
+        errors=history,
+    )
+
+
+def log_in(page: Page, base_url: str) -> None:
+    page.goto(f"{base_url}/admin/")
+    expect(page).to_have_url(re.compile(r"/admin/login/"))
+    page.fill("#id_username", USERNAME)
+    page.fill("#id_password", PASSWORD)
+    page.click("#login-form input[type=submit]")
+    expect(page).to_have_url(f"{base_url}/admin/")
+
+
+def state_filter(page: Page, state: str) -> Locator:
+    """The sidebar link that filters the job list to ``state``."""
+    return page.locator(
+        f"#changelist-filter details[data-filter-title='state'] a[href$='state__exact={state}']"
+    )
+
+
+def job_row(page: Page, job: Job) -> Locator:
+    return page.locator("#result_list tbody tr").filter(
+        has=page.locator(f"input.action-select[value='{job.pk}']")
+    )
+
+
+def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
+    live_server: LiveServer,
+    browser_page: BrowserPage,
+    django_user_model: type[AbstractUser],
+    tmp_path: Path,
+) -> None:
+    operator = django_user_model.objects.create_superuser(USERNAME, "oncall@example.com", PASSWORD)
+    dead = dead_job_with_history()
+    others = {
+        JobFactory(queue="payments").pk: JobState.READY,
+        JobFactory(running=True, queue="emails").pk: JobState.RUNNING,
+        JobFactory(succeeded=True, queue="emails").pk: JobState.SUCCEEDED,
+    }
+    shots = {
+        name: tmp_path / f"admin-{name}.png"
+        for name in ("job-list", "requeue-form", "requeue", "job-ready")
+    }
+
+    with browser_page() as page:
+        assert page.context.browser is not None
+        print(f"chromium {page.context.browser.version}")
+        log_in(page, live_server.url)
+        page.locator("#content-main").get_by_role("link", name="Jobs", exact=True).click()
+        expect(page.locator("#dbqueue-health tr.dbqueue-queue")).to_have_count(2)
+        expect(page.locator("#dbqueue-throughput")).to_be_visible()
+        expect(page.locator("#result_list tbody tr")).to_have_count(4)
+        page.screenshot(path=str(shots["job-list"]), full_page=True)
+
+        state_filter(page, JobState.DEAD).click()
+        expect(page).to_have_url(re.compile(r"\?state__exact=dead$"))
+        expect(page.locator("#result_list tbody tr")).to_have_count(1)
+        job_row(page, dead).locator("input.action-select").check()
+        page.select_option("select[name=action]", label="Requeue dead jobs with more attempts")
+        page.click("button[name=index]")
+
+        form = page.locator("#requeue-form")
+        expect(form).to_contain_text("ValueError: card declined by the acquirer")
+        expect(form).to_contain_text("5/5")
+        expect(page.locator("#id_extra_attempts")).to_have_value("1")
+        page.screenshot(path=str(shots["requeue-form"]), full_page=True)
+        page.fill("#id_extra_attempts", "2")
+        form.locator("input[type=submit]").click()
+
+        expect(page.locator("ul.messagelist li.success")).to_have_text(
+            "Requeued with 2 more attempt(s): 1 job(s)."
+        )
+        page.screenshot(path=str(shots["requeue"]), full_page=True)
+        state_filter(page, JobState.READY).click()
+        expect(job_row(page, dead).locator("td.field-state_badge")).to_have_text("ready")
+        expect(job_row(page, dead).locator("td.field-attempts_used")).to_have_text("5/7")
+        page.screenshot(path=str(shots["job-ready"]), full_page=True)
+    for shot in shots.values():
+        print(f"screenshot: {shot}")
+
+    dead.refresh_from_db()
+    assert (dead.state, dead.attempts, dead.max_attempts, len(dead.errors)) == (
+        JobState.READY,
+        5,
+        7,
+        5,
+    )
+    assert dict(Job.objects.filter(pk__in=others).values_list("pk", "state")) == others
+    entry = LogEntry.objects.get(object_id=str(dead.pk))
+    assert (entry.user_id, entry.action_flag, entry.change_message) == (
+        operator.pk,
+        CHANGE,
+        "Requeued with 2 more attempt(s) (admin action)",
+    )
