@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,24 @@ MAX_DELAY = timedelta(days=100 * 365)
 DEDUPE_TRIES = 3
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """The validated column values every job of one enqueue call shares."""
+
+    task: str
+    queue: str
+    priority: int
+    max_attempts: int
+    lease_seconds: int
+    run_at: datetime | None = None
+    delay: float = 0.0
+    dedupe_key: str | None = None
+    serial_key: str | None = None
+    subject_type_id: int | None = None
+    subject_id: str | None = None
+    backend: str | None = None
+
+
 def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) -> list[Job]:
     """Validate, then insert one job per call in one statement; jobs in input order.
 
@@ -45,35 +64,41 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
     """
     if not calls:
         return []
-    cfg = conf.get()
     check_importable(task)
-    params = {
-        **job_options(task, options, cfg),
-        "rows": encode_calls(task, calls),
-        "channel": cfg.notify_channel,
-    }
+    spec = job_spec(task, options, conf.get())
+    return insert(spec, calls, encode_calls(task, calls))
+
+
+def insert(spec: JobSpec, calls: list[Call], rows: str) -> list[Job]:
+    """Insert one job per call (``rows``: the calls as JSON) in the caller's transaction.
+
+    A ``dedupe_key`` an active job of the same task holds returns that job,
+    unchanged, with ``deduplicated=True``. Workers are woken at commit.
+    """
+    cfg = conf.get()
+    params = {**asdict(spec), "rows": rows, "channel": cfg.notify_channel}
     connection = connections[cfg.database]
     for _ in range(DEDUPE_TRIES):
         # Ids grow in input order; RETURNING order is not promised everywhere.
-        rows = sorted(sql.run(connection, "insert_jobs", params))
-        if rows:
+        inserted = sorted(sql.run(connection, "insert_jobs", params))
+        if inserted:
             jobs = [
-                built_job(connection.alias, params, call, row)
-                for call, row in zip(calls, rows, strict=True)
+                built_job(connection.alias, spec, call, row)
+                for call, row in zip(calls, inserted, strict=True)
             ]
-            announce(connection.alias, params["queue"], [job.pk for job in jobs])
+            announce(connection.alias, spec.queue, [job.pk for job in jobs])
             return jobs
         existing = (
             Job.objects.using(connection.alias)
             .active()
-            .filter(task=task.name, dedupe_key=params["dedupe_key"])
+            .filter(task=spec.task, dedupe_key=spec.dedupe_key)
             .first()
         )
         if existing is not None:
             existing.deduplicated = True
             return [existing]
     raise DbQueueError(
-        f"{task.name}: the active job holding dedupe_key {params['dedupe_key']!r} kept "
+        f"{spec.task}: the active job holding dedupe_key {spec.dedupe_key!r} kept "
         "changing while enqueueing; try again."
     )
 
@@ -91,35 +116,37 @@ def check_importable(task: Task[..., Any]) -> None:
         )
 
 
-def job_options(
-    task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings
-) -> dict[str, Any]:
+def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
     """The validated column values every job of this call shares."""
-    queue = check_queue_name(
-        options.queue if options.queue is not None else task.options.queue or cfg.default_queue
-    )
-    if cfg.queues is not None and queue not in cfg.queues:
-        raise InvalidJob(
-            f"Queue {queue!r} is not in DBQUEUE['QUEUES'] {cfg.queues}, so no worker would "
-            "claim it. Add it there or enqueue on one of those queues."
-        )
+    queue = options.queue if options.queue is not None else task.options.queue or cfg.default_queue
     priority = options.priority if options.priority is not None else task.options.priority
     subject_type_id, subject_id = subject_columns(options.subject)
     run_at, delay = schedule(options)
-    return {
-        "queue": queue,
-        "task": task.name,
-        "priority": check_int("priority", priority, -(2**31)),
-        "run_at": run_at,
-        "delay": delay,
-        "max_attempts": task.options.max_attempts or cfg.max_attempts,
+    return JobSpec(
+        task=task.name,
+        queue=check_queue(queue, cfg),
+        priority=check_int("priority", priority, -(2**31)),
+        run_at=run_at,
+        delay=delay,
+        max_attempts=task.options.max_attempts or cfg.max_attempts,
         # The column holds whole seconds; a lease is never shorter than asked for.
-        "lease_seconds": math.ceil(task.options.lease or cfg.lease_seconds),
-        "dedupe_key": dedupe_key(options.dedupe_key),
-        "subject_type_id": subject_type_id,
-        "subject_id": subject_id,
-        "backend": None,
-    }
+        lease_seconds=math.ceil(task.options.lease or cfg.lease_seconds),
+        dedupe_key=optional_key("dedupe_key", options.dedupe_key),
+        serial_key=optional_key("serial_key", options.serial_key),
+        subject_type_id=subject_type_id,
+        subject_id=subject_id,
+    )
+
+
+def check_queue(queue: object, cfg: conf.QueueSettings) -> str:
+    """Return ``queue`` if it is a valid name that ``QUEUES`` allows, else raise ``InvalidJob``."""
+    name = check_queue_name(queue)
+    if cfg.queues is not None and name not in cfg.queues:
+        raise InvalidJob(
+            f"Queue {name!r} is not in DBQUEUE['QUEUES'] {cfg.queues}, so no worker would "
+            "claim it. Add it there or enqueue on one of those queues."
+        )
+    return name
 
 
 def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
@@ -153,11 +180,12 @@ def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
     return None, float(seconds)
 
 
-def dedupe_key(key: object) -> str | None:
+def optional_key(name: str, key: object) -> str | None:
+    """A ``dedupe_key``/``serial_key``: ``None``, or a string of 1-255 characters."""
     if key is None:
         return None
     if not isinstance(key, str) or not 1 <= len(key) <= 255:
-        raise InvalidJob(f"dedupe_key must be a string of 1-255 characters, not {key!r}.")
+        raise InvalidJob(f"{name} must be a string of 1-255 characters, not {key!r}.")
     return key
 
 
@@ -205,24 +233,26 @@ def is_json(value: object) -> bool:
     return True
 
 
-def built_job(alias: str, params: dict[str, Any], call: Call, row: tuple[Any, ...]) -> Job:
+def built_job(alias: str, spec: JobSpec, call: Call, row: tuple[Any, ...]) -> Job:
     """The ``Job`` instance for an inserted row, without reading it back."""
     args, kwargs = call
     job = Job(
         id=row[0],
         created_at=sql.to_datetime(row[1]),
         run_at=sql.to_datetime(row[2]),
-        queue=params["queue"],
-        task=params["task"],
+        queue=spec.queue,
+        task=spec.task,
         args=list(args),
         kwargs=dict(kwargs),
         state=JobState.READY,
-        priority=params["priority"],
-        max_attempts=params["max_attempts"],
-        lease_seconds=params["lease_seconds"],
-        dedupe_key=params["dedupe_key"],
-        subject_type_id=params["subject_type_id"],
-        subject_id=params["subject_id"],
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        lease_seconds=spec.lease_seconds,
+        dedupe_key=spec.dedupe_key,
+        serial_key=spec.serial_key,
+        subject_type_id=spec.subject_type_id,
+        subject_id=spec.subject_id,
+        backend=spec.backend,
     )
     job._state.adding = False
     job._state.db = alias

@@ -55,6 +55,8 @@ class Lease:
     lease_until: datetime
     lease_seconds: int
     queue: str
+    #: The ``django.tasks`` backend alias for jobs enqueued through it, else ``None``.
+    backend: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -116,6 +118,7 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
             lease_until=sql.to_datetime(row[7]),
             lease_seconds=row[8],
             queue=row[9],
+            backend=row[12],
         )
         for row in rows
     ]

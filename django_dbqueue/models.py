@@ -90,11 +90,16 @@ class Job(models.Model):
     lease_seconds = models.PositiveIntegerField(default=60)
     # NULL, not "", is what the claim-shape constraint and the dedupe index rely on.
     worker_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    last_worker_id = models.CharField(
+        max_length=255, blank=True, default="", db_default="", help_text="Latest attempt's worker."
+    )
     lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True, help_text="Latest attempt's start.")
     finished_at = models.DateTimeField(null=True, blank=True)
     dedupe_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # Jobs sharing a serial key run one at a time, in enqueue (id) order.
+    serial_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     subject_type = models.ForeignKey(
         ContentType, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
@@ -162,6 +167,11 @@ class Job(models.Model):
             ),
             models.Index(fields=("finished_at",), name="dbqueue_job_finished"),
             models.Index(fields=("subject_type", "subject_id"), name="dbqueue_job_subject"),
+            models.Index(
+                fields=("serial_key", "id"),
+                condition=Q(state__in=ACTIVE_STATES, serial_key__isnull=False),
+                name="dbqueue_job_serial_active",
+            ),
         )
         permissions = (("requeue_job", "Can requeue dead jobs"),)
 
@@ -178,3 +188,21 @@ class Job(models.Model):
     def idempotency_key(self) -> str:
         """Stable across attempts and operator requeues: derived from the id."""
         return f"dbqueue-job-{self.pk}"
+
+
+class PeriodicSlot(models.Model):
+    """The latest cron slot enqueued for a periodic task.
+
+    Workers advance ``last_slot`` with a compare-and-set in the same
+    transaction as the slot's job, so each slot is enqueued once across all
+    workers without a leader, even after the job row is purged.
+    """
+
+    task = models.CharField(max_length=255, unique=True)
+    last_slot = models.DateTimeField()
+
+    class Meta:
+        db_table = "dbqueue_periodic_slot"
+
+    def __str__(self) -> str:
+        return f"{self.task} @ {self.last_slot:%Y-%m-%d %H:%M}"

@@ -69,6 +69,7 @@ class EnqueueOptions:
     queue: str | None = None
     dedupe_key: str | None = None
     subject: Model | None = None
+    serial_key: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -120,9 +121,13 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         dedupe_key: str | None = None,
         subject: Model | None = None,
+        serial_key: str | None = None,
     ) -> TaskCall[P, R]:
-        """Options for the next enqueue: scheduling, priority, queue, dedupe, subject."""
-        options = EnqueueOptions(delay, run_at, priority, queue, dedupe_key, subject)
+        """Options for the next enqueue: scheduling, priority, queue, dedupe, subject.
+
+        Jobs sharing a ``serial_key`` run one at a time, in enqueue order.
+        """
+        options = EnqueueOptions(delay, run_at, priority, queue, dedupe_key, subject, serial_key)
         return TaskCall(self, options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

@@ -11,15 +11,16 @@
 WITH inserted AS (
     INSERT INTO dbqueue_job (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
-        lease_token, lease_seconds, created_at, dedupe_key, subject_type_id, subject_id,
-        backend, last_error_code, last_error, errors
+        lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
+        subject_id, backend, last_worker_id, last_error_code, last_error, errors
     )
     SELECT
         %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', 'ready', %(priority)s,
         COALESCE(%(run_at)s::timestamptz,
                  statement_timestamp() + make_interval(secs => %(delay)s)),
         0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
-        %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '[]'::jsonb
+        %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '',
+        '[]'::jsonb
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
     ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
@@ -34,8 +35,10 @@ FROM inserted;
 -- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue with
 -- ready jobs). Rows locked by other transactions are skipped, never awaited. The batch is
 -- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
--- order, and every queue's candidates come from the ready index. Each claimed row gets
--- attempts + 1, lease_token + 1, the worker id and a lease from the database clock.
+-- order, and every queue's candidates come from the ready index. A job with a serial key
+-- waits while an earlier job (lower id) with that key is ready or running, so jobs of one
+-- key run one at a time in enqueue order. Each claimed row gets attempts + 1,
+-- lease_token + 1, the worker id and a lease from the database clock.
 WITH RECURSIVE ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
     UNION ALL
@@ -54,8 +57,13 @@ candidate AS (
                AS rank
     FROM served s
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM dbqueue_job
+        SELECT id, priority, run_at FROM dbqueue_job j
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
+          AND (serial_key IS NULL OR NOT EXISTS (
+              SELECT 1 FROM dbqueue_job e
+              WHERE e.serial_key = j.serial_key AND e.id < j.id
+                AND e.state IN ('ready', 'running')
+          ))
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -73,12 +81,13 @@ SET state = 'running',
     attempts = j.attempts + 1,
     lease_token = j.lease_token + 1,
     worker_id = %(worker_id)s,
+    last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
     started_at = clock_timestamp()
 FROM chosen
 WHERE j.id = chosen.id
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at;
+          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's

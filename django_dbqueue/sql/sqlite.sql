@@ -11,8 +11,8 @@
 -- (rounded up, it would not be due yet). (%(channel)s is unused: SQLite has no NOTIFY.)
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
-    lease_token, lease_seconds, created_at, dedupe_key, subject_type_id, subject_id,
-    backend, last_error_code, last_error, errors
+    lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors
 )
 SELECT
     %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
@@ -20,8 +20,8 @@ SELECT
     COALESCE(%(run_at)s, CASE WHEN %(delay)s > 0
         THEN strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || %(delay)s || ' seconds')
         ELSE %(now)s END),
-    0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s,
-    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '[]'
+    0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s, %(serial_key)s,
+    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'
 FROM json_each(%(rows)s) AS item
 WHERE true
 ORDER BY item.key
@@ -32,14 +32,21 @@ RETURNING id, created_at, run_at;
 -- name: claim
 -- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue),
 -- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
--- order. Each claimed row gets attempts + 1, lease_token + 1, the worker id and a lease.
+-- order. A job with a serial key waits while an earlier job (lower id) with that key is
+-- ready or running. Each claimed row gets attempts + 1, lease_token + 1, the worker id and
+-- a lease.
 WITH candidate AS (
     SELECT id, queue,
            row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank,
            dense_rank() OVER (ORDER BY queue) AS position
-    FROM dbqueue_job
+    FROM dbqueue_job AS j
     WHERE state = 'ready' AND run_at <= %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+      AND (serial_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM dbqueue_job AS e
+          WHERE e.serial_key = j.serial_key AND e.id < j.id
+            AND e.state IN ('ready', 'running')
+      ))
 ),
 chosen AS (
     SELECT id FROM candidate
@@ -51,11 +58,12 @@ SET state = 'running',
     attempts = attempts + 1,
     lease_token = lease_token + 1,
     worker_id = %(worker_id)s,
+    last_worker_id = %(worker_id)s,
     lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds'),
     started_at = %(now)s
 WHERE id IN (SELECT id FROM chosen)
 RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
-          lease_seconds, queue, priority, run_at;
+          lease_seconds, queue, priority, run_at, backend;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
