@@ -23,10 +23,10 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_dbqueue import conf, sql
+from django_dbqueue import conf, runnable, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
 from django_dbqueue.models import JobState
-from django_dbqueue.tasks import TaskNotFound, load_task
+from django_dbqueue.tasks import TaskNotFound
 
 log = logging.getLogger(__name__)
 
@@ -245,19 +245,20 @@ def _expiry_row(
     max_attempts: int,
     worker_id: str,
     history: object,
+    backend: str | None,
 ) -> dict[str, Any]:
     info = ErrorInfo(LEASE_EXPIRED, f"lease of worker {worker_id} expired")
     retry_at = None
     if attempts < max_attempts:
-        retry_at = timezone.now() + _delay(task, attempts)
+        retry_at = timezone.now() + _delay(task, backend, attempts)
     return _failure_row(
         job_id, lease_token, worker_id, attempts, sql.to_json(history), info, retry_at
     )
 
 
-def _delay(task: str, attempt: int) -> timedelta:
+def _delay(task: str, backend: str | None, attempt: int) -> timedelta:
     try:
-        backoff = load_task(task).backoff
+        backoff = runnable.resolve(task, backend).backoff
     except TaskNotFound:
         backoff = conf.get().backoff
     return timedelta(seconds=backoff.delay(attempt))

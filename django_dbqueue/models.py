@@ -172,6 +172,11 @@ class Job(models.Model):
                 condition=Q(state__in=ACTIVE_STATES, serial_key__isnull=False),
                 name="dbqueue_job_serial_active",
             ),
+            models.Index(
+                fields=("serial_key",),
+                condition=Q(state=JobState.RUNNING, serial_key__isnull=False),
+                name="dbqueue_job_serial_running",
+            ),
         )
         permissions = (("requeue_job", "Can requeue dead jobs"),)
 

@@ -27,16 +27,18 @@ from typing import (
 from django.db.models import Model
 from django.utils.module_loading import import_string
 
-from django_dbqueue import conf
+from django_dbqueue import conf, runnable
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.retry import Backoff
 
 if TYPE_CHECKING:
     from django_dbqueue.context import JobContext
+    from django_dbqueue.leases import Lease
     from django_dbqueue.models import Job
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 QUEUE_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,100}"
 
@@ -97,6 +99,19 @@ class Task(Generic[P, R]):
     def backoff(self) -> Backoff:
         """The retry policy: the task's own, else the settings'."""
         return self.options.retry or conf.get().backoff
+
+    @property
+    def give_up_on(self) -> tuple[type[BaseException], ...]:
+        return self.options.give_up_on
+
+    @property
+    def timeout(self) -> float | None:
+        return self.options.timeout
+
+    def prepare(self, lease: Lease, context: JobContext) -> Callable[[], R]:
+        """The job's call, ready to run; raises ``TypeError`` when the arguments do not fit."""
+        bound = self.bind(lease.args, lease.kwargs, context)
+        return functools.partial(runnable.call, self.func, bound)
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:
@@ -286,17 +301,22 @@ class TaskNotFound(LookupError):
 
 
 def load_task(path: str) -> Task[..., Any]:
-    """The ``Task`` at import path ``path``.
+    """The ``Task`` at import path ``path``; see ``import_task``."""
+    return import_task(path, Task, "a django_dbqueue @task")
+
+
+def import_task(path: str, kind: type[T], what: str) -> T:
+    """The ``kind`` object at import path ``path``.
 
     Raises ``TaskNotFound`` when nothing importable is there, when importing
     its module fails in any way (it runs the project's code), or when the
-    object found is not a django_dbqueue task.
+    object found is not a ``kind`` (described as ``what``).
     """
     try:
         found = import_string(path)
     # Importing runs the module's own code, which may raise anything.
     except Exception as exc:
         raise TaskNotFound(f"{path} cannot be imported: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(found, Task):
-        raise TaskNotFound(f"{path} is {type(found).__name__}, not a django_dbqueue @task.")
+    if not isinstance(found, kind):
+        raise TaskNotFound(f"{path} is {type(found).__name__}, not {what}.")
     return found

@@ -36,8 +36,9 @@ FROM inserted;
 -- ready jobs). Rows locked by other transactions are skipped, never awaited. The batch is
 -- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
 -- order, and every queue's candidates come from the ready index. A job with a serial key
--- waits while an earlier job (lower id) with that key is ready or running, so jobs of one
--- key run one at a time in enqueue order. Each claimed row gets attempts + 1,
+-- waits while an earlier job (lower id) with that key is ready or running, or any job with
+-- that key runs (a requeued one included), so jobs of one key run one at a time, in
+-- enqueue order. Each claimed row gets attempts + 1,
 -- lease_token + 1, the worker id and a lease from the database clock.
 WITH RECURSIVE ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
@@ -63,6 +64,9 @@ candidate AS (
               SELECT 1 FROM dbqueue_job e
               WHERE e.serial_key = j.serial_key AND e.id < j.id
                 AND e.state IN ('ready', 'running')
+          ) AND NOT EXISTS (
+              SELECT 1 FROM dbqueue_job r
+              WHERE r.serial_key = j.serial_key AND r.state = 'running'
           ))
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
@@ -146,7 +150,8 @@ FOR UPDATE;
 -- name: lock_expired
 -- Lock up to %(limit)s running jobs whose lease has run out, oldest deadline first, via
 -- the running-lease index. Rows another reaper holds are skipped.
-SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors FROM dbqueue_job
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend
+FROM dbqueue_job
 WHERE state = 'running' AND lease_until < statement_timestamp()
 ORDER BY lease_until
 LIMIT %(limit)s

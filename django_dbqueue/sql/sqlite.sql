@@ -33,7 +33,7 @@ RETURNING id, created_at, run_at;
 -- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue),
 -- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
 -- order. A job with a serial key waits while an earlier job (lower id) with that key is
--- ready or running. Each claimed row gets attempts + 1, lease_token + 1, the worker id and
+-- ready or running, or any job with that key runs (a requeued one included). Each claimed row gets attempts + 1, lease_token + 1, the worker id and
 -- a lease.
 WITH candidate AS (
     SELECT id, queue,
@@ -46,6 +46,9 @@ WITH candidate AS (
           SELECT 1 FROM dbqueue_job AS e
           WHERE e.serial_key = j.serial_key AND e.id < j.id
             AND e.state IN ('ready', 'running')
+      ) AND NOT EXISTS (
+          SELECT 1 FROM dbqueue_job AS r
+          WHERE r.serial_key = j.serial_key AND r.state = 'running'
       ))
 ),
 chosen AS (
@@ -111,7 +114,8 @@ WHERE id = %(job_id)s
 
 -- name: lock_expired
 -- Up to %(limit)s running jobs whose lease has run out, oldest deadline first.
-SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors FROM dbqueue_job
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend
+FROM dbqueue_job
 WHERE state = 'running' AND lease_until < %(now)s
 ORDER BY lease_until
 LIMIT %(limit)s;

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError, connections
 
@@ -62,3 +64,28 @@ class Reconnect:
         if self.failures:
             log.info("database reachable again for %s", self.what)
         self.failures = 0
+
+
+def repeat(
+    what: str,
+    action: Callable[[], object],
+    stop: threading.Event,
+    interval: float,
+    first_pause: float = 0.0,
+) -> None:
+    """Call ``action`` every ``interval`` seconds until ``stop`` is set.
+
+    A lost connection is logged and retried after a growing pause instead;
+    other errors propagate. The thread's connections are closed at the end.
+    """
+    reconnect = Reconnect(what)
+    pause = first_pause
+    while not stop.wait(pause):
+        try:
+            action()
+        except DATABASE_ERRORS as exc:
+            pause = reconnect.failed(exc)
+            continue
+        reconnect.succeeded()
+        pause = interval
+    connections.close_all()

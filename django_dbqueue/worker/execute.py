@@ -11,16 +11,17 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from django.utils import timezone
 
-from django_dbqueue import leases
+from django_dbqueue import leases, runnable, signals
 from django_dbqueue.context import JobContext
 from django_dbqueue.errors import BAD_ARGUMENTS, RESULT_NOT_SERIALIZABLE, TASK_NOT_FOUND, ErrorInfo
 from django_dbqueue.exceptions import LeaseLost, PermanentError, Retry
+from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
-from django_dbqueue.tasks import Task, TaskNotFound, load_task
+from django_dbqueue.runnable import Runnable
+from django_dbqueue.tasks import TaskNotFound
 from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,10 @@ class Outcome(str, enum.Enum):
     UNRECORDED = "unrecorded"
 
 
+#: Outcomes written to the job; ``signals.job_finished`` announces them.
+RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD)
+
+
 def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
     """Import the task, bind the arguments, call it, and record what happened.
 
@@ -51,7 +56,8 @@ def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
     make the job dead. An outcome the database cannot take (connection lost)
     is retried while the lease may live, then left to the reaper. ``context``
     lets the caller (the heartbeat) signal a lost lease; one is made when not
-    given. Never raises for task failures.
+    given. Once an outcome is written, ``signals.job_finished`` is sent.
+    Never raises for task failures, nor for a failing signal receiver.
     """
     context = context or JobContext(lease)
     started = time.monotonic()
@@ -66,20 +72,23 @@ def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
         outcome.value,
         code or "-",
     )
+    if outcome in RECORDED:
+        # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
+        signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
     return outcome
 
 
 def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
     try:
-        task = load_task(lease.task)
+        task = runnable.resolve(lease.task, lease.backend)
     except TaskNotFound as exc:
         return _give_up(context, ErrorInfo.from_exception(exc, TASK_NOT_FOUND))
     try:
-        bound = task.bind(lease.args, lease.kwargs, context)
+        job_call = task.prepare(lease, context)
     except TypeError as exc:
         return _give_up(context, ErrorInfo.from_exception(exc, BAD_ARGUMENTS))
     try:
-        result = task.func(*bound.args, **bound.kwargs)
+        result = job_call()
     except LeaseLost:
         return Outcome.LEASE_LOST, ""
     except Retry as exc:
@@ -93,9 +102,9 @@ def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
         return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
 
 
-def _failed(context: JobContext, task: Task[..., Any], exc: Exception) -> tuple[Outcome, str]:
+def _failed(context: JobContext, task: Runnable, exc: Exception) -> tuple[Outcome, str]:
     info = ErrorInfo.from_exception(exc)
-    if isinstance(exc, (PermanentError, *task.options.give_up_on)):
+    if isinstance(exc, (PermanentError, *task.give_up_on)):
         return _give_up(context, info)
     return _retry(context, info, task.backoff.delay(context.attempt))
 

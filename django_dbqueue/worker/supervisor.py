@@ -1,4 +1,4 @@
-"""One ``runworkers`` process: claimer, job pool, heartbeat, listener and reaper.
+"""One ``runworkers`` process: claimer, job pool, heartbeat, listener, reaper, periodic.
 
 The main thread claims: it fills free slots with one batched claim, then
 waits for a wake-up (a commit on a served queue, a finished job) or the poll
@@ -6,6 +6,8 @@ interval, so an idle worker costs one claim per interval. SIGTERM or SIGINT
 stops claiming, lets running jobs finish for ``shutdown_timeout`` seconds and
 releases the rest (attempt refunded); a second SIGINT releases at once.
 With ``metrics_port`` set, ``/metrics`` is served for as long as ``run()`` lasts.
+Unless bursting, a worker enqueues the due slots of the periodic schedules
+declared in its apps' ``tasks`` modules (imported at start) until it drains.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from types import FrameType
 
 from django.db import connections
 
-from django_dbqueue import conf, leases, reaper
+from django_dbqueue import conf, leases, periodic, reaper, runnable
 from django_dbqueue.context import JobContext
-from django_dbqueue.tasks import TaskNotFound, load_task
-from django_dbqueue.worker.connections import DATABASE_ERRORS, Reconnect
+from django_dbqueue.tasks import TaskNotFound
+from django_dbqueue.worker.connections import DATABASE_ERRORS, Reconnect, repeat
 from django_dbqueue.worker.execute import Outcome, execute
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener
@@ -92,6 +94,10 @@ class Worker:
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
         )
+        self.scheduler = periodic.Scheduler(() if options.burst else periodic.discover())
+        self.periodic = threading.Thread(
+            target=self._schedule_until_stopping, name="dbqueue-periodic", daemon=True
+        )
 
     def run(self) -> None:
         """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
@@ -108,6 +114,8 @@ class Worker:
             self.listener.start()
             if self.options.reaper:
                 self.reaper.start()
+            if self.scheduler.schedules:
+                self.periodic.start()
             try:
                 self._claim_until_done()
             finally:
@@ -158,7 +166,7 @@ class Worker:
         self.stats.add("claimed")
         context = JobContext(lease)
         try:
-            timeout = load_task(lease.task).options.timeout
+            timeout = runnable.resolve(lease.task, lease.backend).timeout
         except TaskNotFound:
             timeout = None  # execute() records TASK_NOT_FOUND.
         self.live.add(context, timeout)
@@ -175,18 +183,14 @@ class Worker:
             self.wake.set()
 
     def _reap_forever(self) -> None:
-        reconnect = Reconnect("reap")
         interval = conf.get().reaper_interval
-        pause = interval
-        while not self._threads_stop.wait(pause):
-            try:
-                reaper.sweep()
-            except DATABASE_ERRORS as exc:
-                pause = reconnect.failed(exc)
-                continue
-            reconnect.succeeded()
-            pause = interval
-        connections.close_all()
+        repeat("reap", reaper.sweep, self._threads_stop, interval, first_pause=interval)
+
+    def _schedule_until_stopping(self) -> None:
+        names = ",".join(schedule.name for schedule in self.scheduler.schedules)
+        log.info("worker id=%s periodic schedules=%s", self.worker_id, names)
+        interval = min(self.poll_interval, periodic.TICK)
+        repeat("periodic scheduling", self.scheduler.enqueue_due, self.stopping, interval)
 
     def _shut_down(self) -> None:
         self.stopping.set()
@@ -203,6 +207,8 @@ class Worker:
         self.heartbeat.close()
         if self.reaper.is_alive():
             self.reaper.join(5)
+        if self.periodic.is_alive():
+            self.periodic.join(5)
         self.pool.stop(wait=1)
         connections.close_all()
         log.info(
