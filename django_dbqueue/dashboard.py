@@ -1,4 +1,4 @@
-"""What the admin shows above the job list: queue health and a throughput chart."""
+"""What the admin shows above the job list: queue health, a throughput chart, periodic schedules."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_dbqueue import conf, stats
+from django_dbqueue import conf, periodic, stats
 from django_dbqueue.models import JobState
 
 CHART_MINUTES = int(stats.RECENT / timedelta(minutes=1))
 CHART_WIDTH = 360
 CHART_HEIGHT = 60
+#: How long a due slot may go unrecorded before its schedule is flagged: no worker is scheduling.
+SCHEDULE_OVERDUE_AFTER = timedelta(minutes=1)
 #: Stacking order and colours of the outcomes in the chart.
 OUTCOME_COLOURS: dict[str, str] = {
     JobState.SUCCEEDED: "#2e7d32",
@@ -48,6 +50,20 @@ class Bar:
         return OUTCOME_COLOURS.get(self.state, "#616161")
 
 
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One periodic schedule: its latest recorded slot (``None``: no worker saw it yet), next run.
+
+    ``overdue`` when a slot older than ``SCHEDULE_OVERDUE_AFTER`` was never recorded.
+    """
+
+    schedule: periodic.Schedule
+    queue: str
+    last_slot: datetime | None
+    next_run: datetime
+    overdue: bool
+
+
 def queue_rows(now: datetime) -> list[QueueRow]:
     warn_after = conf.get().oldest_ready_warning
     return [
@@ -58,6 +74,28 @@ def queue_rows(now: datetime) -> list[QueueRow]:
         )
         for name, queue in stats.queue_stats(now).items()
     ]
+
+
+def schedule_rows(now: datetime) -> list[ScheduleRow]:
+    """The periodic schedules declared in the project's ``tasks`` modules, by task name."""
+    schedules = sorted(periodic.discover(), key=lambda schedule: schedule.name)
+    if not schedules:
+        return []
+    recorded = periodic.recorded_slots(schedule.name for schedule in schedules)
+    default_queue = conf.get().default_queue
+    rows = []
+    for schedule in schedules:
+        last = recorded.get(schedule.name)
+        rows.append(
+            ScheduleRow(
+                schedule,
+                queue=schedule.queue or schedule.task.options.queue or default_queue,
+                last_slot=last,
+                next_run=schedule.next_after(now),
+                overdue=last is None or last < schedule.slot_at(now - SCHEDULE_OVERDUE_AFTER),
+            )
+        )
+    return rows
 
 
 def chart_bars(now: datetime) -> tuple[list[Bar], int]:
@@ -98,6 +136,7 @@ def context(now: datetime | None = None) -> dict[str, Any]:
     bars, tallest = chart_bars(now)
     return {
         "queue_health": queue_rows(now),
+        "periodic_schedules": schedule_rows(now),
         "oldest_ready_warning": conf.get().oldest_ready_warning,
         "chart_bars": bars,
         "chart_tallest": tallest,

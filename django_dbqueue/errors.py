@@ -25,18 +25,29 @@ CODE_LIMIT = 100
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    """A failure as stored on a job: a short code, a message and a traceback."""
+    """A failure as stored on a job: a short code, a message and a traceback.
+
+    ``exception`` is the raised exception's class path (``module.qualname``),
+    empty when no exception was raised (an expired lease).
+    """
 
     code: str
     message: str
     traceback: str = ""
+    exception: str = ""
 
     @classmethod
     def from_exception(cls, exc: BaseException, code: str | None = None) -> ErrorInfo:
         """Describe ``exc``; the code defaults to its ``code`` attribute or class name."""
         chosen = code or getattr(exc, "code", None) or type(exc).__name__
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(code=str(chosen), message=f"{type(exc).__name__}: {exc}", traceback=text)
+        kind = type(exc)
+        text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+        return cls(
+            code=str(chosen),
+            message=f"{kind.__name__}: {exc}",
+            traceback=text,
+            exception=f"{kind.__module__}.{kind.__qualname__}",
+        )
 
     def bounded(self) -> ErrorInfo:
         """The same error cut to the stored sizes (tracebacks keep their end)."""
@@ -44,6 +55,7 @@ class ErrorInfo:
             code=self.code[:CODE_LIMIT],
             message=self.message[:MESSAGE_LIMIT],
             traceback=self.traceback[-LAST_ERROR_LIMIT:],
+            exception=self.exception,
         )
 
     @property
@@ -63,6 +75,7 @@ def history_entry(
         "code": error.code,
         "message": error.message,
         "traceback": error.traceback,
+        "exception": error.exception,
     }
 
 

@@ -9,3 +9,10 @@ from django.dispatch import Signal
 #: use it to wake up without polling; on PostgreSQL other processes hear a
 #: NOTIFY at the same moment.
 jobs_committed = Signal()
+
+#: Sent by the worker once the outcome of an attempt is written to the job,
+#: with ``lease`` (the attempt's ``Lease``) and ``outcome`` (``"succeeded"``,
+#: ``"retried"`` or ``"dead"``). Not sent when the write was refused (lease
+#: lost) or never happened (database unreachable). A receiver that raises is
+#: logged and does not disturb the worker.
+job_finished = Signal()

@@ -56,6 +56,7 @@ TEMPLATES = [
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DBQUEUE = {"LEASE_SECONDS": 30}
+TASKS = {"default": {"BACKEND": "django_dbqueue.backend.DatabaseQueueBackend", "QUEUES": []}}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -29,7 +29,7 @@ from django_dbqueue.worker.execute import Outcome, execute
 from tests import execute_tasks, tasks
 from tests.factories import JobFactory
 
-HISTORY_KEYS = {"attempt", "worker", "at", "code", "message", "traceback"}
+HISTORY_KEYS = {"attempt", "worker", "at", "code", "message", "traceback", "exception"}
 OUTCOME_LINE = "job id="
 
 

@@ -1,0 +1,449 @@
+"""The ``django.tasks`` backend: Django's task API on the database queue.
+
+``TASKS = {"default": {"BACKEND": "django_dbqueue.backend.DatabaseQueueBackend"}}``
+turns ``@task`` functions of ``django.tasks`` (Django 6) or of the
+``django-tasks`` backport (Django 5.2) into jobs: ``enqueue()`` writes the job in
+the caller's transaction and ``runworkers`` runs it with the same leases,
+retries and admin as native jobs. One implementation serves both frameworks;
+the import shim below picks ``django.tasks`` when Django has it.
+
+System check ids of the backend: ``dbqueue.E101``-``E104``, ``dbqueue.W101``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from django_dbqueue import conf, runnable, signals
+from django_dbqueue.enqueue import JobSpec, check_queue, encode_call, insert, schedule
+from django_dbqueue.errors import LEASE_EXPIRED
+from django_dbqueue.exceptions import InvalidJob, LeaseLost
+from django_dbqueue.models import Job, JobState
+from django_dbqueue.retry import Backoff
+from django_dbqueue.tasks import INT_MAX, EnqueueOptions, TaskNotFound, import_task, is_queue_name
+
+if TYPE_CHECKING:
+    from django.tasks import task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    from django_dbqueue.context import JobContext
+    from django_dbqueue.leases import Lease
+else:
+    try:
+        from django.tasks import task_backends
+        from django.tasks.backends.base import BaseTaskBackend
+        from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued, task_finished, task_started
+    except ImportError:  # Django 5.2: the django-tasks backport has the same API.
+        from django_tasks import task_backends
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask
+        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.signals import task_enqueued, task_finished, task_started
+
+#: Keys a backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
+OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")
+#: Keys of ``OPTIONS["RETRY"]``, the fields of ``Backoff``.
+RETRY_KEYS = ("base", "factor", "cap")
+#: A result id is a job id as ``str(job.pk)`` writes it.
+RESULT_ID = re.compile(r"0|[1-9][0-9]{0,17}")
+#: The exception class path reported for a history entry without one (an expired lease).
+LEASE_LOST_PATH = f"{LeaseLost.__module__}.{LeaseLost.__qualname__}"
+
+# Looked up by value: django-stubs types the members of TaskResultStatus as "...".
+STATUS_OF_STATE = {
+    JobState.READY: TaskResultStatus("READY"),
+    JobState.RUNNING: TaskResultStatus("RUNNING"),
+    JobState.SUCCEEDED: TaskResultStatus("SUCCESSFUL"),
+    JobState.DEAD: TaskResultStatus("FAILED"),
+    JobState.CANCELLED: TaskResultStatus("FAILED"),
+}
+
+
+def task_status(state: str) -> TaskResultStatus:
+    """The ``TaskResult`` status of a job state: ready, running, successful or failed.
+
+    ``dead`` and ``cancelled`` are both ``FAILED``: the task will not run
+    (again) unless an operator requeues a dead job.
+    """
+    return STATUS_OF_STATE[JobState(state)]
+
+
+class DatabaseQueueBackend(BaseTaskBackend):
+    """A ``django.tasks`` backend whose tasks are jobs in ``DBQUEUE['DATABASE']``.
+
+    ``enqueue()`` writes the job in the caller's transaction: rollback leaves
+    no job, and ``task_enqueued`` is sent when the transaction commits. A
+    result's id is the job's id. ``OPTIONS`` may set ``MAX_ATTEMPTS``,
+    ``LEASE_SECONDS`` and ``RETRY`` (a dict of ``base``, ``factor``, ``cap``);
+    what is not set comes from ``DBQUEUE`` when a job is enqueued or retried.
+    """
+
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True
+
+    @property
+    def max_attempts(self) -> int:
+        value: int = self.options.get("MAX_ATTEMPTS", conf.get().max_attempts)
+        return value
+
+    @property
+    def lease_seconds(self) -> int:
+        """Whole seconds: a lease is never shorter than asked for."""
+        seconds: float = self.options.get("LEASE_SECONDS", conf.get().lease_seconds)
+        return math.ceil(seconds)
+
+    @property
+    def backoff(self) -> Backoff:
+        """The retry policy; ``RETRY`` keys override the settings' policy one by one."""
+        return replace(conf.get().backoff, **self.options.get("RETRY", {}))
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        """The framework's rules, then ours: a valid queue name that ``DBQUEUE['QUEUES']`` allows.
+
+        Raises the framework's ``InvalidTask`` (``InvalidTaskError`` in the backport).
+        """
+        super().validate_task(task)
+        try:
+            check_queue(task.queue_name, conf.get())
+        except InvalidJob as exc:
+            raise InvalidTask(str(exc)) from exc
+
+    def enqueue(
+        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[Any, Any]:
+        """Write the job in the current transaction of the queue's database; a READY result.
+
+        Raises ``InvalidTask`` for a task this backend cannot run and
+        ``InvalidJob`` (a ``ValueError``) for arguments that do not fit the
+        function or are not JSON, writing nothing. ``task_enqueued`` is sent
+        once the transaction commits (at once outside a transaction).
+        """
+        self.validate_task(task)
+        check_importable(task)
+        check_arguments(task, args, kwargs)
+        run_at, _ = schedule(EnqueueOptions(run_at=task.run_after))
+        spec = JobSpec(
+            task=task.module_path,
+            queue=task.queue_name,
+            priority=int(task.priority),
+            max_attempts=self.max_attempts,
+            lease_seconds=self.lease_seconds,
+            run_at=run_at,
+            backend=self.alias,
+        )
+        call = (list(args), dict(kwargs))
+        (job,) = insert(spec, [call], f"[{encode_call(task.module_path, *call)}]")
+        result = self.result_of(job, task)
+        transaction.on_commit(
+            functools.partial(task_enqueued.send, type(self), task_result=result),
+            using=conf.get().database,
+        )
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """The result of job ``result_id`` as stored now.
+
+        Raises ``TaskResultDoesNotExist`` for an id that is not a job of this
+        backend, or whose task can no longer be imported.
+        """
+        job = None
+        if isinstance(result_id, str) and RESULT_ID.fullmatch(result_id):
+            database = conf.get().database
+            job = Job.objects.using(database).filter(pk=int(result_id), backend=self.alias).first()
+        if job is None:
+            raise TaskResultDoesNotExist(
+                f"No job {result_id!r} was enqueued through task backend {self.alias!r}."
+            )
+        return self.result_of(job)
+
+    def result_of(self, job: Job, task: Task[Any, Any] | None = None) -> TaskResult[Any, Any]:
+        """``job`` as a ``TaskResult``: status, errors, one worker id per attempt, return value.
+
+        ``task`` is the job's task when the caller has it; else it is imported
+        and given the job's priority, queue and ``run_at``.
+        """
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task or self.task_of(job),
+            id=str(job.pk),
+            status=task_status(job.state),
+            enqueued_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            last_attempted_at=job.started_at,
+            args=job.args,
+            kwargs=job.kwargs,
+            backend=self.alias,
+            errors=[task_error(entry) for entry in job.errors],
+            worker_ids=attempt_workers(job),
+        )
+        # The framework keeps the return value in a private field its backends fill in.
+        object.__setattr__(result, "_return_value", job.result)
+        return result
+
+    def task_of(self, job: Job) -> Task[Any, Any]:
+        """The framework ``Task`` of ``job``; ``TaskResultDoesNotExist`` when it does not import.
+
+        It carries the job's priority, queue and ``run_at``, unless those no
+        longer pass validation (``QUEUES`` changed since the enqueue): then it
+        is the task as declared, so the job still runs and reports.
+        """
+        try:
+            found = load_framework_task(job.task)
+        except TaskNotFound as exc:
+            raise TaskResultDoesNotExist(f"Job {job.pk}: {exc}") from exc
+        try:
+            return found.using(
+                priority=job.priority,
+                queue_name=job.queue,
+                run_after=job.run_at,
+                backend=self.alias,
+            )
+        except InvalidTask:
+            return found
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """The app is installed, ``OPTIONS`` are valid, and every queue in ``QUEUES`` is usable."""
+        return [
+            *super().check(**kwargs),
+            *self._check_installed(),
+            *self._check_options(),
+            *self._check_queues(),
+        ]
+
+    def _check_installed(self) -> list[checks.CheckMessage]:
+        if apps.is_installed("django_dbqueue"):
+            return []
+        return [
+            checks.Error(
+                f"TASKS[{self.alias!r}] uses DatabaseQueueBackend but django_dbqueue is not "
+                "installed, so there is no job table and no worker.",
+                hint="Add 'django_dbqueue' to INSTALLED_APPS and run migrate.",
+                id="dbqueue.E101",
+            )
+        ]
+
+    def _check_options(self) -> list[checks.CheckMessage]:
+        where = f"TASKS[{self.alias!r}]['OPTIONS']"
+        if not isinstance(self.options, dict):
+            return [option_error(f"{where} must be a dict, not {self.options!r}.")]
+        messages: list[checks.CheckMessage] = []
+        unknown = sorted(set(self.options) - set(OPTION_KEYS))
+        if unknown:
+            messages.append(
+                checks.Warning(
+                    f"{where} has unknown keys {unknown}; they are ignored.",
+                    hint=f"Known keys: {', '.join(OPTION_KEYS)}.",
+                    id="dbqueue.W101",
+                )
+            )
+        max_attempts = self.options.get("MAX_ATTEMPTS", 1)
+        if not (is_whole(max_attempts) and 1 <= max_attempts <= INT_MAX):
+            messages.append(
+                option_error(
+                    f"{where}['MAX_ATTEMPTS'] is {max_attempts!r}; use a whole number >= 1."
+                )
+            )
+        lease = self.options.get("LEASE_SECONDS", 1)
+        if not (is_number(lease) and 0 < lease <= INT_MAX):
+            messages.append(
+                option_error(f"{where}['LEASE_SECONDS'] is {lease!r}; use a number of seconds > 0.")
+            )
+        return messages + check_retry(where, self.options.get("RETRY", {}))
+
+    def _check_queues(self) -> list[checks.CheckMessage]:
+        allowed = conf.get().queues
+        return [
+            checks.Error(
+                f"TASKS[{self.alias!r}]['QUEUES'] has {queue!r}, which no worker would claim: "
+                + (
+                    "it is not a valid queue name."
+                    if not is_queue_name(queue)
+                    else f"it is not in DBQUEUE['QUEUES'] {allowed}."
+                ),
+                hint="Use 1-100 letters, digits, '_', '-' or '.', and a queue DBQUEUE['QUEUES'] "
+                "lists (when it lists any).",
+                id="dbqueue.E104",
+            )
+            for queue in sorted(self.queues, key=str)
+            if not is_queue_name(queue) or (allowed is not None and queue not in allowed)
+        ]
+
+
+def option_error(message: str) -> checks.CheckMessage:
+    return checks.Error(
+        message,
+        hint="OPTIONS takes MAX_ATTEMPTS (>= 1), LEASE_SECONDS (> 0) and RETRY "
+        "({'base': 2, 'factor': 2, 'cap': 3600}); each defaults to DBQUEUE.",
+        id="dbqueue.E102",
+    )
+
+
+def check_retry(where: str, retry: object) -> list[checks.CheckMessage]:
+    if isinstance(retry, dict) and set(retry) <= set(RETRY_KEYS):
+        try:
+            replace(Backoff(), **retry)
+        except (TypeError, ValueError) as exc:
+            problem = str(exc)
+        else:
+            return []
+    else:
+        problem = f"it must be a dict with keys among {list(RETRY_KEYS)}"
+    return [
+        checks.Error(
+            f"{where}['RETRY'] is {retry!r}: {problem}",
+            hint="For example {'base': 2, 'factor': 2, 'cap': 3600}: seconds, factor >= 1.",
+            id="dbqueue.E103",
+        )
+    ]
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_importable(task: Task[Any, Any]) -> None:
+    """Workers import the task by ``module_path``: refuse one they would not find."""
+    try:
+        found = load_framework_task(task.module_path)
+    except TaskNotFound:
+        found = None
+    if found is None or found.func is not task.func:
+        raise InvalidTask(
+            f"Task {task.module_path} cannot be imported by that name, so no worker could run "
+            "it. Declare it with @task at module level, under the function's own name."
+        )
+
+
+def check_arguments(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Refuse arguments that would not bind when the job runs (``InvalidJob``)."""
+    leading = (None,) if task.takes_context else ()  # the context comes first
+    try:
+        inspect.signature(task.func).bind(*leading, *args, **kwargs)
+    except TypeError as exc:
+        raise InvalidJob(
+            f"{task.module_path}: the arguments do not fit the function: {exc}."
+        ) from exc
+
+
+def load_framework_task(path: str) -> Task[Any, Any]:
+    """The framework ``Task`` at ``path``; ``TaskNotFound`` when there is none."""
+    return import_task(path, Task, "a django.tasks Task")
+
+
+def task_error(entry: dict[str, Any]) -> TaskError:
+    """A history entry as a ``TaskError``; an expired lease reports ``LeaseLost``."""
+    path = entry.get("exception") or (
+        LEASE_LOST_PATH if entry.get("code") == LEASE_EXPIRED else "builtins.Exception"
+    )
+    return TaskError(
+        exception_class_path=path, traceback=entry.get("traceback") or entry.get("message", "")
+    )
+
+
+def attempt_workers(job: Job) -> list[str]:
+    """One worker id per attempt consumed, oldest first.
+
+    Failed attempts name their worker from the history; the latest attempt,
+    if it has not failed, names ``last_worker_id``. An attempt whose entry
+    fell out of the bounded history shows as ``""``, so ``attempts`` stays exact.
+    """
+    failed = {entry["attempt"]: entry.get("worker") or "" for entry in job.errors}
+    latest = job.attempts
+    return [
+        failed.get(attempt, job.last_worker_id if attempt == latest else "")
+        for attempt in range(1, latest + 1)
+    ]
+
+
+@dataclass(frozen=True)
+class FrameworkRunnable:
+    """A framework ``Task`` as the worker runs it.
+
+    Retries follow the backend's policy; there are no ``give_up_on`` types and
+    no timeout (the framework has neither).
+    """
+
+    task: Task[Any, Any]
+    backend: DatabaseQueueBackend
+    give_up_on: tuple[type[BaseException], ...] = ()
+    timeout: float | None = None
+
+    @property
+    def backoff(self) -> Backoff:
+        return self.backend.backoff
+
+    def prepare(self, lease: Lease, context: JobContext) -> Callable[[], Any]:
+        """The attempt's call; raises ``TypeError`` when the arguments do not bind.
+
+        A ``takes_context`` task gets a ``TaskContext`` whose result is this
+        running attempt. The call sends ``task_started`` before the function runs.
+        """
+        result = self.backend.get_result(str(lease.job_id))
+        leading: tuple[TaskContext[Any, Any], ...] = ()
+        if self.task.takes_context:
+            leading = (TaskContext(task_result=result),)
+        bound = inspect.signature(self.task.func).bind(*leading, *lease.args, **lease.kwargs)
+        return functools.partial(self._run, result, bound)
+
+    def _run(self, result: TaskResult[Any, Any], bound: inspect.BoundArguments) -> Any:
+        task_started.send(type(self.backend), task_result=result)
+        return runnable.call(self.task.func, bound)
+
+
+def runnable_for(task: str, alias: str) -> FrameworkRunnable:
+    """What the worker runs for a job enqueued through ``django.tasks`` backend ``alias``.
+
+    Raises ``TaskNotFound`` when the job's task is not a framework ``Task``
+    or its backend alias is no longer a ``DatabaseQueueBackend`` in ``TASKS``.
+    """
+    return FrameworkRunnable(load_framework_task(task), backend_named(alias))
+
+
+def backend_named(alias: str | None) -> DatabaseQueueBackend:
+    try:
+        backend = task_backends[alias] if alias is not None else None
+    except ImproperlyConfigured as exc:
+        raise TaskNotFound(f"Task backend {alias!r} is not configured in TASKS: {exc}") from exc
+    if not isinstance(backend, DatabaseQueueBackend):
+        raise TaskNotFound(f"TASKS[{alias!r}] is not a DatabaseQueueBackend.")
+    return backend
+
+
+def send_task_finished(lease: Lease, **_: Any) -> None:
+    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result."""
+    if lease.backend is None:
+        return
+    try:
+        backend = backend_named(lease.backend)
+        result = backend.get_result(str(lease.job_id))
+    except (TaskNotFound, TaskResultDoesNotExist):
+        return  # No framework Task to report on: the job is dead with TASK_NOT_FOUND.
+    task_finished.send(type(backend), task_result=result)
+
+
+signals.job_finished.connect(
+    send_task_finished, dispatch_uid="django_dbqueue.backend.send_task_finished"
+)
