@@ -1,25 +1,31 @@
 """System checks for the ``DBQUEUE`` settings and the database behind the queue.
 
-Ids: ``dbqueue.E001``-``E010`` are errors, ``dbqueue.W001``-``W002`` warnings.
+Ids: ``dbqueue.E001``-``E011`` are errors, ``dbqueue.W001``-``W002`` warnings.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
 from django_dbqueue import conf
+
+if TYPE_CHECKING:
+    from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
 from django_dbqueue.tasks import is_queue_name
 
-SUPPORTED_VENDORS = ("postgresql", "sqlite")
+SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 #: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
 SQLITE_MINIMUM = (3, 35, 0)
+#: ``SKIP LOCKED`` (and JSON_TABLE): MySQL 8.0.1, MariaDB 10.6.
+MYSQL_MINIMUM = (8, 0, 1)
+MARIADB_MINIMUM = (10, 6)
 SECONDS = (
     "OLDEST_READY_WARNING",
     "LEASE_SECONDS",
@@ -197,6 +203,32 @@ def check_database(databases: Any = None, **_: Any) -> list[CheckMessage]:
             )
     messages += _check_business_alias(alias)
     return messages
+
+
+@register(Tags.database)
+def check_mysql_version(databases: Any = None, **_: Any) -> list[CheckMessage]:
+    """MySQL 8.0.1+ or MariaDB 10.6+ (asks the server, so it runs with database checks)."""
+    alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
+    if not isinstance(alias, str) or alias not in (databases or ()):
+        return []
+    if connections[alias].vendor != "mysql":
+        return []
+    connection = cast("MySQLDatabaseWrapper", connections[alias])
+    name, minimum = (
+        ("MariaDB", MARIADB_MINIMUM) if connection.mysql_is_mariadb else ("MySQL", MYSQL_MINIMUM)
+    )
+    if connection.mysql_version >= minimum:
+        return []
+    found = ".".join(map(str, connection.mysql_version))
+    needed = ".".join(map(str, minimum))
+    return [
+        Error(
+            f"{name} {found} is too old for django_dbqueue: it needs {name} {needed} or newer "
+            "(FOR UPDATE SKIP LOCKED, JSON_TABLE).",
+            hint="Upgrade the server (MySQL 8.0.1+ or MariaDB 10.6+), or use PostgreSQL.",
+            id="dbqueue.E011",
+        )
+    ]
 
 
 def _check_business_alias(alias: str) -> list[CheckMessage]:

@@ -11,16 +11,27 @@ from tests import tasks
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """PostgreSQL-only tests skip when the suite runs on another database."""
+    """Skip what the database behind DATABASE_URL cannot do.
+
+    ``postgresql``: PostgreSQL only (NOTIFY, EXPLAIN plans, catalogs).
+    ``mysql``: MySQL/MariaDB only (their EXPLAIN plans).
+    ``locking``: row locks with SKIP LOCKED (PostgreSQL, MySQL/MariaDB; not SQLite).
+    """
     from django.conf import settings
 
     engine = settings.DATABASES["default"]["ENGINE"]
-    if "postgresql" in engine:
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL (DATABASE_URL points elsewhere)")
-    for item in items:
-        if item.get_closest_marker("postgresql") is not None:
-            item.add_marker(skip)
+    needs = {
+        "postgresql": "postgresql" in engine,
+        "mysql": "mysql" in engine,
+        "locking": "postgresql" in engine or "mysql" in engine,
+    }
+    for marker, available in needs.items():
+        if available:
+            continue
+        skip = pytest.mark.skip(reason=f"needs {marker} (DATABASE_URL points elsewhere)")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

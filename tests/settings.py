@@ -17,6 +17,10 @@ TIME_ZONE = "UTC"
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/postgres")
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
+    # The app adds MySQL equivalents of the conditional index and constraint (migration 0003).
+    SILENCED_SYSTEM_CHECKS = ["models.W036", "models.W037"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not Django's shared in-memory database, so threads get real SQLite locking.
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}

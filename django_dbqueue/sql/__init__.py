@@ -1,7 +1,10 @@
 """Named SQL statements per database vendor, and the one place that runs them.
 
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
-defines the same names. Python never builds SQL: it asks for a statement by
+defines the same names. A block is one statement, or (where the vendor lacks
+``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
+the last one giving the rows; a statement may read the rows of the one
+before it as ``%(previous)s`` (JSON). Python never builds SQL: it asks for a block by
 name and passes a dict of parameters. Structured parameters (lists, dicts) are
 sent as JSON text and datetimes in the form the vendor stores, so the SQL files
 share one calling convention.
@@ -27,8 +30,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 SQL_DIR = Path(__file__).parent
-VENDOR_FILES = {"postgresql": "postgresql.sql", "sqlite": "sqlite.sql"}
+VENDOR_FILES = {"postgresql": "postgresql.sql", "sqlite": "sqlite.sql", "mysql": "mysql.sql"}
 NAME_LINE = re.compile(r"^-- name: (\w+)\s*$")
+#: Separates the statements of a multi-statement block (a ``;`` ending a line).
+STATEMENT_END = ";\n"
 
 #: How often a SQLite ``BEGIN IMMEDIATE`` is retried when the database stays
 #: locked past the connection's busy timeout, and the first pause between tries.
@@ -69,7 +74,7 @@ def statements(vendor: str) -> dict[str, str]:
 def run(
     connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]
 ) -> list[tuple[Any, ...]]:
-    """Execute statement ``name`` for the connection's vendor; return its rows.
+    """Execute block ``name`` for the connection's vendor; return its last statement's rows.
 
     ``now`` is added for statements that take the clock as a parameter
     (SQLite); call inside ``write_transaction`` so it is read under the lock.
@@ -79,9 +84,14 @@ def run(
     if "%(now)s" in sql:
         values["now"] = timezone.now()
     adapted = {key: adapt(connection, value) for key, value in values.items()}
+    rows: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
-        cursor.execute(sql, adapted)
-        return list(cursor.fetchall()) if cursor.description else []
+        for statement in sql.split(STATEMENT_END):
+            if "%(previous)s" in statement:
+                adapted["previous"] = adapt(connection, rows)
+            cursor.execute(statement, adapted)
+            rows = list(cursor.fetchall()) if cursor.description else []
+    return rows
 
 
 def adapt(connection: BaseDatabaseWrapper, value: object) -> object:

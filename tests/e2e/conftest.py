@@ -91,12 +91,20 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def worker_env() -> dict[str, str]:
-    """Environment pointing a subprocess at this test run's database."""
-    if connection.vendor != "postgresql":
-        pytest.skip("e2e workers run against PostgreSQL")
+def worker_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment pointing a subprocess at this test run's database.
+
+    Workers run against PostgreSQL; tests marked ``locking`` (vendor-neutral
+    behaviour) also run against MySQL/MariaDB.
+    """
     db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    host, port = db["HOST"] or "127.0.0.1", db["PORT"]
+    if connection.vendor == "postgresql":
+        url = f"postgres://{db['USER']}@{host}:{port or 5432}/{db['NAME']}"
+    elif connection.vendor == "mysql" and request.node.get_closest_marker("locking"):
+        url = f"mysql://{db['USER']}@{host}:{port or 3306}/{db['NAME']}"
+    else:
+        pytest.skip(f"these worker processes do not run against {connection.vendor}")
     return {
         **os.environ,
         "DATABASE_URL": url,

@@ -117,6 +117,7 @@ def history_codes(job: Job) -> list[tuple[Any, ...]]:
     return [(entry["attempt"], entry["worker"], entry["code"]) for entry in job.errors]
 
 
+@pytest.mark.locking
 def test_three_workers_drain_2000_jobs_each_exactly_once(start_worker: StartWorker) -> None:
     jobs = recorded.enqueue_many([((), {"label": "drain"}) for _ in range(2000)])
     started = time.monotonic()

@@ -133,7 +133,7 @@ class TestSameTransactionEnqueue:
             assert run_in_thread(job_ids_in_db) == []
         assert run_in_thread(job_ids_in_db) == [job.pk]
 
-    @pytest.mark.postgresql
+    @pytest.mark.locking
     def test_uncommitted_job_cannot_be_claimed_from_another_connection(self) -> None:
         with transaction.atomic():
             job = noop.enqueue()

@@ -151,6 +151,8 @@ class TestClaim:
         assert leases.claim(None, "w1", 10) == []
 
     def test_one_busy_queue_cannot_starve_another(self) -> None:
+        if connection.vendor == "mysql":
+            pytest.skip("MySQL has no LATERAL: claims take priority order across queues")
         tasks.noop.using(queue="busy", priority=9).enqueue_many([((), {})] * 20)
         quiet = tasks.noop.using(queue="quiet").enqueue_many([((), {})] * 2)
         first_two = [claim_one().queue for _ in range(2)]
@@ -182,7 +184,7 @@ def test_concurrent_claimers_take_every_job_exactly_once() -> None:
     assert Job.objects.running().filter(lease_token=1, attempts=1).count() == 1000
 
 
-@pytest.mark.postgresql
+@pytest.mark.locking
 @pytest.mark.django_db(transaction=True)
 def test_claim_skips_rows_locked_by_another_transaction() -> None:
     locked, free = tasks.noop.enqueue(), tasks.noop.enqueue()
@@ -384,7 +386,7 @@ class TestReap:
         assert leases.reap().retried == [lease.job_id]
 
 
-@pytest.mark.postgresql
+@pytest.mark.locking
 @pytest.mark.django_db(transaction=True)
 def test_reap_skips_rows_another_reaper_holds() -> None:
     tasks.noop.enqueue_many([((), {})] * 2)

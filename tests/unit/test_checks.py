@@ -328,3 +328,36 @@ def test_w002_unknown_keys_are_reported_with_the_known_ones(settings: Settings) 
     assert "'LEASE'" in message.msg
     assert "'QUEUE'" in message.msg
     assert "LEASE_SECONDS" in message.hint
+
+
+@pytest.mark.parametrize(
+    ("is_mariadb", "version", "expected"),
+    [
+        (True, (10, 5, 9), ["dbqueue.E011"]),
+        (True, (10, 6, 0), []),
+        (False, (8, 0, 0), ["dbqueue.E011"]),
+        (False, (8, 0, 1), []),
+    ],
+)
+def test_e011_mysql_and_mariadb_versions_without_skip_locked_are_rejected(
+    monkeypatch: pytest.MonkeyPatch,
+    is_mariadb: bool,
+    version: tuple[int, ...],
+    expected: list[str],
+) -> None:
+    default = connections["default"]
+    monkeypatch.setattr(default, "vendor", "mysql")
+    monkeypatch.setattr(default, "mysql_is_mariadb", is_mariadb, raising=False)
+    monkeypatch.setattr(default, "mysql_version", version, raising=False)
+
+    messages = checks.check_mysql_version(databases=["default"])
+
+    assert ids(messages) == expected
+    assert all("MySQL 8.0.1+ or MariaDB 10.6+" in message.hint for message in messages)
+
+
+def test_e011_asks_the_server_only_when_database_checks_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "mysql")
+    assert checks.check_mysql_version(databases=None) == []

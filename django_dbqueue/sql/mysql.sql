@@ -1,0 +1,212 @@
+-- Named statements of the lease protocol for MySQL 8.0.1+ and MariaDB 10.6+.
+-- Neither has UPDATE ... RETURNING (MySQL has no RETURNING at all), so a block may hold
+-- several statements, run in order in one transaction: lock the rows, change them, then
+-- read back what changed. Deadlines use UTC_TIMESTAMP(6) in a statement that runs after
+-- the row lock is held. Structured parameters arrive as JSON text. No NOTIFY: workers
+-- poll, and wake at once for jobs committed in their own process. Statements that change
+-- rows by id drive the join from the ids (STRAIGHT_JOIN ... FORCE INDEX (PRIMARY)): a
+-- multi-table UPDATE locks every row it reads, so it must read only those rows.
+
+-- name: insert_jobs
+-- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
+-- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
+-- matches an active job hits the unique index on the generated active_dedupe_key column
+-- and is skipped, never an error. The rows inserted are read back by the batch's
+-- creation time, unique to the microsecond. (%(channel)s is unused: no NOTIFY.)
+SET @dbqueue_inserted_at = UTC_TIMESTAMP(6);
+INSERT INTO dbqueue_job (
+    queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
+    lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors
+)
+SELECT
+    %(queue)s, %(task)s, item.args, item.kwargs, 'ready', %(priority)s,
+    COALESCE(%(run_at)s, @dbqueue_inserted_at + INTERVAL %(delay)s * 1000000 MICROSECOND),
+    0, %(max_attempts)s, 0, %(lease_seconds)s, @dbqueue_inserted_at, %(dedupe_key)s,
+    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'
+FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    position FOR ORDINALITY, args JSON PATH '$.args', kwargs JSON PATH '$.kwargs'
+)) AS item
+ORDER BY item.position
+ON DUPLICATE KEY UPDATE id = id;
+SELECT id, created_at, run_at FROM dbqueue_job
+WHERE created_at = @dbqueue_inserted_at AND task = %(task)s
+ORDER BY id;
+
+-- name: claim
+-- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue),
+-- highest priority first across them (MySQL has no LATERAL: there is no per-queue turn;
+-- %(turn)s is unused). Rows locked by other transactions are skipped, never awaited. A job
+-- with a serial key waits while an earlier job with that key is ready or running, or any
+-- job with that key runs (a requeued one included). Each
+-- claimed row gets attempts + 1, lease_token + 1, the worker id and a lease.
+SET @dbqueue_claimed_at = UTC_TIMESTAMP(6);
+SELECT c.id FROM dbqueue_job AS c
+WHERE c.state = 'ready' AND c.run_at <= @dbqueue_claimed_at
+  AND (%(queues)s IS NULL OR c.queue IN (
+      SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (
+          name VARCHAR(100) PATH '$'
+      )) AS q
+  ))
+  AND (c.serial_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM dbqueue_job AS e
+      WHERE e.serial_key = c.serial_key AND e.id < c.id AND e.state IN ('ready', 'running')
+  ) AND NOT EXISTS (
+      SELECT 1 FROM dbqueue_job AS r
+      WHERE r.serial_key = c.serial_key AND r.state = 'running'
+  ))
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_token + 1,
+    j.worker_id = %(worker_id)s, j.last_worker_id = %(worker_id)s,
+    j.lease_until = @dbqueue_claimed_at + INTERVAL j.lease_seconds SECOND,
+    j.started_at = @dbqueue_claimed_at;
+SELECT id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
+       lease_seconds, queue, priority, run_at, backend
+FROM dbqueue_job
+WHERE worker_id = %(worker_id)s AND state = 'running' AND started_at = @dbqueue_claimed_at;
+
+-- name: renew
+-- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
+-- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)
+-- with lease_until ahead of the clock, read after the rows are locked. Returns the ids
+-- still owned.
+SELECT j.id FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id'
+)) AS l
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
+ORDER BY j.id
+FOR UPDATE;
+UPDATE JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id'
+)) AS l
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
+SET j.lease_until = UTC_TIMESTAMP(6) + INTERVAL j.lease_seconds SECOND
+WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+  AND j.lease_until > UTC_TIMESTAMP(6);
+SELECT j.id FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id'
+)) AS l
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
+WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+  AND j.lease_until > UTC_TIMESTAMP(6);
+
+-- name: complete
+-- Mark the leased job succeeded with %(result)s (JSON). Applies only while the lease is
+-- the caller's and live by the clock read after the row lock is held.
+SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE;
+UPDATE dbqueue_job
+SET state = 'succeeded', result = %(result)s, worker_id = NULL, lease_until = NULL,
+    finished_at = UTC_TIMESTAMP(6)
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+  AND lease_until > UTC_TIMESTAMP(6);
+SELECT %(job_id)s FROM DUAL WHERE ROW_COUNT() > 0;
+
+-- name: release
+-- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
+-- kept (it never decreases). Applies only while the lease is the caller's and live.
+SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE;
+UPDATE dbqueue_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = UTC_TIMESTAMP(6)
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+  AND lease_until > UTC_TIMESTAMP(6);
+SELECT %(job_id)s FROM DUAL WHERE ROW_COUNT() > 0;
+
+-- name: lock_lease
+-- Lock the job if it is still running under (worker_id, lease_token); return its error
+-- history so a failure can be appended. The deadline is checked by record_failures.
+SELECT errors FROM dbqueue_job
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+FOR UPDATE;
+
+-- name: lock_expired
+-- Lock up to %(limit)s running jobs whose lease has run out, oldest deadline first.
+-- Rows another reaper holds are skipped.
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend
+FROM dbqueue_job
+WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
+ORDER BY lease_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: record_failures
+-- Record a failed attempt for each row of %(rows)s (JSON [{job_id, lease_token, worker_id,
+-- retry_at, code, last_error, errors}]): ready again at retry_at, or dead when retry_at is
+-- null or the attempt budget is spent. With %(expired)s the lease must have run out (the
+-- reaper); otherwise it must still be the caller's and live. The caller holds the row
+-- locks (lock_lease, lock_expired), so a row still running afterwards was not settled.
+-- Returns the ids and the state each one took.
+UPDATE JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id', retry_at DATETIME(6) PATH '$.retry_at',
+    code VARCHAR(100) PATH '$.code', last_error LONGTEXT PATH '$.last_error',
+    errors JSON PATH '$.errors'
+)) AS f
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = f.job_id
+SET j.run_at = CASE WHEN f.retry_at IS NULL OR j.attempts >= j.max_attempts
+                    THEN j.run_at ELSE f.retry_at END,
+    j.finished_at = CASE WHEN f.retry_at IS NULL OR j.attempts >= j.max_attempts
+                         THEN UTC_TIMESTAMP(6) END,
+    j.state = CASE WHEN f.retry_at IS NULL OR j.attempts >= j.max_attempts
+                   THEN 'dead' ELSE 'ready' END,
+    j.worker_id = NULL, j.lease_until = NULL,
+    j.last_error_code = f.code, j.last_error = f.last_error, j.errors = f.errors
+WHERE j.state = 'running' AND j.lease_token = f.lease_token
+  AND CASE WHEN %(expired)s
+           THEN j.lease_until < UTC_TIMESTAMP(6)
+           ELSE j.worker_id = f.worker_id AND j.lease_until > UTC_TIMESTAMP(6) END;
+SELECT j.id, j.state FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id'
+)) AS f
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = f.job_id
+WHERE j.state <> 'running';
+
+-- name: requeue
+-- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
+-- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
+-- active job is skipped. Returns the ids requeued (marked by this statement's run_at).
+-- (%(channel)s is unused: no NOTIFY.)
+SET @dbqueue_requeued_at = UTC_TIMESTAMP(6);
+UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+LEFT JOIN dbqueue_job AS a ON a.task = j.task AND a.active_dedupe_key = j.dedupe_key
+SET j.state = 'ready', j.max_attempts = j.max_attempts + %(extra_attempts)s,
+    j.run_at = @dbqueue_requeued_at, j.finished_at = NULL
+WHERE j.state = 'dead' AND a.id IS NULL;
+SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+WHERE j.state = 'ready' AND j.run_at = @dbqueue_requeued_at;
+
+-- name: run_now
+-- Make the ready jobs in %(job_ids)s that are scheduled in the future due now.
+-- Returns the ids changed (marked by this statement's run_at). (%(channel)s is unused.)
+SET @dbqueue_moved_at = UTC_TIMESTAMP(6);
+UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+SET j.run_at = @dbqueue_moved_at
+WHERE j.state = 'ready' AND j.run_at > @dbqueue_moved_at;
+SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+WHERE j.state = 'ready' AND j.run_at = @dbqueue_moved_at;
+
+-- name: cancel
+-- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.
+-- Returns the ids cancelled (marked by this statement's finished_at).
+SET @dbqueue_cancelled_at = UTC_TIMESTAMP(6);
+UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+SET j.state = 'cancelled', j.finished_at = @dbqueue_cancelled_at
+WHERE j.state = 'ready';
+SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+WHERE j.state = 'cancelled' AND j.finished_at = @dbqueue_cancelled_at;
