@@ -3,11 +3,12 @@
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
 defines the same names. A block is one statement, or (where the vendor lacks
 ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
-the last one giving the rows; a statement may read the rows of the one
-before it as ``%(previous)s`` (JSON). Python never builds SQL: it asks for a block by
-name and passes a dict of parameters. Structured parameters (lists, dicts) are
-sent as JSON text and datetimes in the form the vendor stores, so the SQL files
-share one calling convention.
+the last one that returns rows giving the result; a statement may read the
+rows of the latest one that returned rows as ``%(previous)s`` (JSON). Python
+never builds SQL: it asks for a block by name and passes a dict of
+parameters. Structured parameters (lists, dicts) are sent as JSON text and
+datetimes in the form the vendor stores, so the SQL files share one calling
+convention.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def run(
             if "%(previous)s" in statement:
                 adapted["previous"] = adapt(connection, rows)
             cursor.execute(statement, adapted)
-            rows = list(cursor.fetchall()) if cursor.description else []
+            if cursor.description:
+                rows = list(cursor.fetchall())
     return rows
 
 

@@ -1,7 +1,8 @@
 -- Named statements of the lease protocol for MySQL 8.0.1+ and MariaDB 10.6+.
 -- Neither has UPDATE ... RETURNING (MySQL has no RETURNING at all), so a block may hold
 -- several statements, run in order in one transaction: lock the rows, change them, then
--- read back what changed. Deadlines use UTC_TIMESTAMP(6) in a statement that runs after
+-- read back what changed (%(previous)s: the rows of the latest statement that returned
+-- rows). Deadlines use UTC_TIMESTAMP(6) in a statement that runs after
 -- the row lock is held. Structured parameters arrive as JSON text. No NOTIFY: workers
 -- poll, and wake at once for jobs committed in their own process. Statements that change
 -- rows by id drive the join from the ids (STRAIGHT_JOIN ... FORCE INDEX (PRIMARY)): a
@@ -40,9 +41,8 @@ ORDER BY id;
 -- with a serial key waits while an earlier job with that key is ready or running, or any
 -- job with that key runs (a requeued one included). Each
 -- claimed row gets attempts + 1, lease_token + 1, the worker id and a lease.
-SET @dbqueue_claimed_at = UTC_TIMESTAMP(6);
 SELECT c.id FROM dbqueue_job AS c
-WHERE c.state = 'ready' AND c.run_at <= @dbqueue_claimed_at
+WHERE c.state = 'ready' AND c.run_at <= UTC_TIMESTAMP(6)
   AND (%(queues)s IS NULL OR c.queue IN (
       SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (
           name VARCHAR(100) PATH '$'
@@ -58,16 +58,17 @@ WHERE c.state = 'ready' AND c.run_at <= @dbqueue_claimed_at
 ORDER BY c.priority DESC, c.run_at, c.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
+SET @dbqueue_claimed_at = UTC_TIMESTAMP(6);
 UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_token + 1,
     j.worker_id = %(worker_id)s, j.last_worker_id = %(worker_id)s,
     j.lease_until = @dbqueue_claimed_at + INTERVAL j.lease_seconds SECOND,
     j.started_at = @dbqueue_claimed_at;
-SELECT id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
-       lease_seconds, queue, priority, run_at, backend
-FROM dbqueue_job
-WHERE worker_id = %(worker_id)s AND state = 'running' AND started_at = @dbqueue_claimed_at;
+SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+       j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
