@@ -101,8 +101,7 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
         "limit": limit,
         "turn": next(_turns) % 1024,
     }
-    with sql.write_transaction(connection):
-        rows = sql.run(connection, "claim", params)
+    rows = sql.run_alone(connection, "claim", params)
     # RETURNING has no order: hand the batch back in priority order.
     rows.sort(key=lambda row: (-row[10], sql.to_datetime(row[11]), row[0]))
     return [
@@ -137,9 +136,7 @@ def renew(leases: Iterable[Lease]) -> set[int]:
         {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
         for lease in held
     ]
-    connection = queue_connection()
-    with sql.write_transaction(connection):
-        owned = {row[0] for row in sql.run(connection, "renew", {"leases": batch})}
+    owned = {row[0] for row in sql.run_alone(queue_connection(), "renew", {"leases": batch})}
     for lease in held:
         if lease.job_id not in owned:
             log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
@@ -152,14 +149,45 @@ def complete(lease: Lease, result: object) -> bool:
     Returns ``False`` and changes nothing when the lease is lost. Raises
     ``ResultNotSerializable`` (writing nothing) when ``result`` is not JSON.
     """
+    return lease.job_id in complete_many([(lease, encode_result(lease, result))])
+
+
+def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
+    """Complete several leased jobs in one statement; return the ids completed.
+
+    ``done`` pairs each lease with its result as JSON text (``encode_result``).
+    Every row keeps its own fencing check: a job whose lease is lost is left
+    as it is, logged, and missing from the result.
+    """
+    if not done:
+        return set()
+    rows = [
+        {
+            "job_id": lease.job_id,
+            "lease_token": lease.lease_token,
+            "worker_id": lease.worker_id,
+            "result": encoded,
+        }
+        for lease, encoded in done
+    ]
+    completed = {row[0] for row in sql.run_alone(queue_connection(), "complete", {"rows": rows})}
+    for lease, _ in done:
+        if lease.job_id not in completed:
+            log_lost_lease("complete", lease.job_id, lease.worker_id, lease.lease_token)
+    return completed
+
+
+def encode_result(lease: Lease, result: object) -> str | None:
+    """``result`` as stored: JSON text, or ``None`` (SQL NULL, as Django's JSONField stores it).
+
+    Raises ``ResultNotSerializable`` when it is not JSON.
+    """
     try:
-        # None is stored as SQL NULL, as Django's JSONField does.
-        encoded = None if result is None else json.dumps(result, allow_nan=False)
+        return None if result is None else json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ResultNotSerializable(
             f"job {lease.job_id} returned {type(result).__name__}: {exc}"
         ) from exc
-    return _settle(lease, "complete", {"result": encoded})
 
 
 def release(lease: Lease) -> bool:
@@ -172,10 +200,8 @@ def release(lease: Lease) -> bool:
 
 
 def _settle(lease: Lease, statement: str, params: dict[str, Any]) -> bool:
-    connection = queue_connection()
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
-    with sql.write_transaction(connection):
-        applied = bool(sql.run(connection, statement, {**fence, **params}))
+    applied = bool(sql.run_alone(queue_connection(), statement, {**fence, **params}))
     if not applied:
         log_lost_lease(statement, lease.job_id, lease.worker_id, lease.lease_token)
     return applied
@@ -332,9 +358,7 @@ def _changed(statement: str, job_ids: Iterable[int], params: dict[str, Any]) -> 
     ids = [int(job_id) for job_id in job_ids]
     if not ids:
         return []
-    connection = queue_connection()
-    with sql.write_transaction(connection):
-        rows = sql.run(connection, statement, {"job_ids": ids, **params})
+    rows = sql.run_alone(queue_connection(), statement, {"job_ids": ids, **params})
     return sorted(row[0] for row in rows)
 
 

@@ -131,6 +131,23 @@ def to_json(value: object) -> Any:
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
+def run_alone(
+    connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run block ``name`` as one short transaction of its own (or within the caller's).
+
+    A one-statement block on PostgreSQL or MySQL needs no BEGIN/COMMIT: the
+    statement is its own transaction, which saves two round trips. SQLite
+    still takes its write lock up front, and multi-statement blocks share one
+    transaction.
+    """
+    single = STATEMENT_END not in statements(connection.vendor)[name]
+    if connection.vendor != "sqlite" and (single or connection.in_atomic_block):
+        return run(connection, name, params)
+    with write_transaction(connection):
+        return run(connection, name, params)
+
+
 @contextmanager
 def write_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
     """One short write transaction, with the vendor's lock taken up front.

@@ -99,16 +99,33 @@ WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.le
   AND j.lease_until > UTC_TIMESTAMP(6);
 
 -- name: complete
--- Mark the leased job succeeded with %(result)s (JSON). Applies only while the lease is
--- the caller's and live by the clock read after the row lock is held.
-SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE;
-UPDATE dbqueue_job
-SET state = 'succeeded', result = %(result)s, worker_id = NULL, lease_until = NULL,
-    finished_at = UTC_TIMESTAMP(6)
-WHERE id = %(job_id)s
-  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
-  AND lease_until > UTC_TIMESTAMP(6);
-SELECT %(job_id)s FROM DUAL WHERE ROW_COUNT() > 0;
+-- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
+-- as JSON text or null) succeeded with its result. Each row applies only while its lease
+-- is the caller's and live by the clock read after the row locks are held. Returns the ids
+-- completed (marked by this block's finished_at).
+SELECT j.id FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
+)) AS d
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
+ORDER BY j.id
+FOR UPDATE;
+SET @dbqueue_completed_at = UTC_TIMESTAMP(6);
+UPDATE JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
+)) AS d
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
+SET j.state = 'succeeded', j.result = d.result, j.worker_id = NULL, j.lease_until = NULL,
+    j.finished_at = @dbqueue_completed_at
+WHERE j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
+  AND j.lease_until > @dbqueue_completed_at;
+SELECT j.id FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
+)) AS d
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
+WHERE j.state = 'succeeded' AND j.finished_at = @dbqueue_completed_at;
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token

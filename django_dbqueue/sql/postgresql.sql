@@ -114,15 +114,23 @@ WHERE j.id = l.job_id AND locked.id = j.id
 RETURNING j.id;
 
 -- name: complete
--- Mark the leased job succeeded with %(result)s (JSON). Applies only while the lease is
--- the caller's and live by the database clock once the row lock is held.
-WITH locked AS (SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+-- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
+-- as JSON text or null) succeeded with its result. Each row applies only while its lease
+-- is the caller's and live by the database clock once the row lock is held. Returns the
+-- ids completed; the others' leases were lost.
+WITH done AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+        AS d(job_id bigint, lease_token bigint, worker_id text, result text)
+),
+locked AS (
+    SELECT j.id FROM dbqueue_job j JOIN done d ON d.job_id = j.id ORDER BY j.id FOR UPDATE OF j
+)
 UPDATE dbqueue_job j
-SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, lease_until = NULL,
+SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
     finished_at = clock_timestamp()
-FROM locked
-WHERE j.id = locked.id
-  AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
+FROM done d, locked
+WHERE j.id = d.job_id AND locked.id = j.id
+  AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 

@@ -84,14 +84,23 @@ WHERE state = 'running' AND lease_until > %(now)s
 RETURNING id;
 
 -- name: complete
--- Mark the leased job succeeded with %(result)s (JSON). Applies only while the lease is
--- the caller's and live.
+-- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
+-- as JSON text or null) succeeded with its result. Each row applies only while its lease
+-- is the caller's and live. Returns the ids completed.
+WITH done AS (
+    SELECT json_extract(value, '$.job_id') AS job_id,
+           json_extract(value, '$.lease_token') AS lease_token,
+           json_extract(value, '$.worker_id') AS worker_id,
+           json_extract(value, '$.result') AS result
+    FROM json_each(%(rows)s)
+)
 UPDATE dbqueue_job
-SET state = 'succeeded', result = json(%(result)s), worker_id = NULL, lease_until = NULL,
+SET state = 'succeeded', result = json(d.result), worker_id = NULL, lease_until = NULL,
     finished_at = %(now)s
-WHERE id = %(job_id)s
-  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
-  AND lease_until > %(now)s
+FROM done AS d
+WHERE dbqueue_job.id = d.job_id
+  AND state = 'running' AND dbqueue_job.worker_id = d.worker_id
+  AND dbqueue_job.lease_token = d.lease_token AND lease_until > %(now)s
 RETURNING id;
 
 -- name: release

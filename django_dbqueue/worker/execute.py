@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.utils import timezone
 
@@ -46,7 +47,13 @@ class Outcome(str, enum.Enum):
 RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD)
 
 
-def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
+#: How a success is written: ``leases.complete``, or a batching ``Completer.complete``.
+Complete = Callable[[leases.Lease, Any], bool]
+
+
+def execute(
+    lease: leases.Lease, context: JobContext | None = None, complete: Complete = leases.complete
+) -> Outcome:
     """Import the task, bind the arguments, call it, and record what happened.
 
     Success stores the JSON result; ``Retry`` and ordinary exceptions retry
@@ -56,12 +63,13 @@ def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
     make the job dead. An outcome the database cannot take (connection lost)
     is retried while the lease may live, then left to the reaper. ``context``
     lets the caller (the heartbeat) signal a lost lease; one is made when not
-    given. Once an outcome is written, ``signals.job_finished`` is sent.
+    given. ``complete`` writes a success (the worker passes its batching
+    completer). Once an outcome is written, ``signals.job_finished`` is sent.
     Never raises for task failures, nor for a failing signal receiver.
     """
     context = context or JobContext(lease)
     started = time.monotonic()
-    outcome, code = _attempt(lease, context)
+    outcome, code = _attempt(lease, context, complete)
     log.info(
         "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s",
         lease.job_id,
@@ -78,7 +86,7 @@ def execute(lease: leases.Lease, context: JobContext | None = None) -> Outcome:
     return outcome
 
 
-def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
+def _attempt(lease: leases.Lease, context: JobContext, complete: Complete) -> tuple[Outcome, str]:
     try:
         task = runnable.resolve(lease.task, lease.backend)
     except TaskNotFound as exc:
@@ -97,7 +105,7 @@ def _attempt(lease: leases.Lease, context: JobContext) -> tuple[Outcome, str]:
     except Exception as exc:  # noqa: BLE001 - task code may raise anything; it is recorded on the job.
         return _failed(context, task, exc)
     try:
-        return _write(context, lambda: leases.complete(lease, result), Outcome.SUCCEEDED), ""
+        return _write(context, lambda: complete(lease, result), Outcome.SUCCEEDED), ""
     except leases.ResultNotSerializable as exc:
         return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
 

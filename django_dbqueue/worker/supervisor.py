@@ -29,6 +29,7 @@ from django.db import connections
 from django_dbqueue import conf, leases, periodic, reaper, runnable
 from django_dbqueue.context import JobContext
 from django_dbqueue.tasks import TaskNotFound
+from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import DATABASE_ERRORS, Reconnect, repeat
 from django_dbqueue.worker.execute import Outcome, execute
 from django_dbqueue.worker.heartbeat import Heartbeat
@@ -90,6 +91,7 @@ class Worker:
         self._threads_stop = threading.Event()
         self.pool = JobPool(options.concurrency, self._run_job)
         self.heartbeat = Heartbeat(self.live, self.stats, self._threads_stop)
+        self.completer = Completer(self._threads_stop)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
@@ -111,6 +113,7 @@ class Worker:
             )
             self.pool.start()
             self.heartbeat.start()
+            self.completer.start()
             self.listener.start()
             if self.options.reaper:
                 self.reaper.start()
@@ -175,7 +178,7 @@ class Worker:
     def _run_job(self, context: JobContext) -> None:
         started = time.monotonic()
         try:
-            outcome = execute(context.lease, context)
+            outcome = execute(context.lease, context, self.completer.complete)
             self.stats.run_duration.observe(time.monotonic() - started)
             self.stats.add(COUNTER_OF[outcome])
         finally:
@@ -205,6 +208,7 @@ class Worker:
         self._threads_stop.set()
         self.listener.close()
         self.heartbeat.close()
+        self.completer.join(5)
         if self.reaper.is_alive():
             self.reaper.join(5)
         if self.periodic.is_alive():
