@@ -156,7 +156,15 @@ class Worker:
                 self.wake.wait(self.poll_interval)
 
     def _slots_to_fill(self) -> int:
+        """Free slots to claim for now: none while most slots are busy, so claims come in batches.
+
+        With jobs running, the claimer waits until a quarter of the slots are
+        free (a finished job wakes it), so a busy worker makes one claim per
+        several jobs instead of one per job.
+        """
         free = self.pool.free
+        if self.pool.busy and free < max(1, self.options.concurrency // 4):
+            free = 0
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.stats.claimed)
         return max(free, 0)
