@@ -54,10 +54,12 @@ def test_results_that_queue_up_during_a_write_share_the_next_statement(
     stop = threading.Event()
     completer = Completer(stop)
     batches: list[int] = []
+    writing = threading.Event()
     write = leases.complete_many
 
     def hold_first_write_until_the_rest_queue(done: list[tuple[leases.Lease, str]]) -> set[int]:
         if not batches:
+            writing.set()
             wait_until(lambda: completer._inbox.qsize() == 7)
         batches.append(len(done))
         return write(done)
@@ -70,11 +72,13 @@ def test_results_that_queue_up_during_a_write_share_the_next_statement(
         connection.close()
 
     completer.start()
-    threads = [threading.Thread(target=finish, args=(lease,)) for lease in claimed]
+    first, *rest = (threading.Thread(target=finish, args=(lease,)) for lease in claimed)
     try:
-        for thread in threads:
+        first.start()
+        assert writing.wait(WAIT)  # the first result is being written alone
+        for thread in rest:
             thread.start()
-        for thread in threads:
+        for thread in (first, *rest):
             thread.join(WAIT)
     finally:
         stop.set()
