@@ -1,0 +1,58 @@
+"""``python -m benchmarks [--quick] [--json PATH] [--database-url URL]``, from the repository root.
+
+Creates (and at the end drops) its own PostgreSQL database, measures, prints
+a table and writes the JSON. ``--quick`` runs the same benchmarks small, for
+CI: it prints numbers and asserts no timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import django
+
+from benchmarks.env import DATABASE_URL_ENV, DEFAULT_DATABASE_URL
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="Small sizes (CI): about a minute.")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path("benchmark-results.json"),
+        metavar="PATH",
+        help="Where to write the results (default: benchmark-results.json here).",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get(DATABASE_URL_ENV, DEFAULT_DATABASE_URL),
+        metavar="URL",
+        help="PostgreSQL database to create, use and drop "
+        f"(default: ${DATABASE_URL_ENV} or {DEFAULT_DATABASE_URL}). It must not exist "
+        "or hold anything you want to keep.",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
+    os.environ[DATABASE_URL_ENV] = args.database_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    django.setup()
+    # Imported once Django is set up: they import models.
+    from benchmarks import report, suite
+    from benchmarks.sizes import DEFAULT, QUICK
+
+    sizes = QUICK if args.quick else DEFAULT
+    results, run = suite.run(args.database_url, sizes)
+    print(report.table(results))
+    report.write_json(args.json, results, {"mode": "quick" if args.quick else "default", **run})
+    print(f"\nwrote {args.json} ({run['duration_seconds']:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

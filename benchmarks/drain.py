@@ -1,0 +1,128 @@
+"""(b) and (d): ``runworkers --burst`` draining no-op jobs, and (e) the raw claim/complete ceiling.
+
+A drain's rate is the jobs that succeeded over the database-clock span from
+the first claim to the last completion, so process start-up is not counted.
+Jobs are seeded before the workers start; ``VACUUM (ANALYZE)`` settles the
+table first. A drain past its deadline is stopped (SIGTERM) and measured over
+what it finished (``cut_short`` in the details).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from benchmarks import database, raw, workers
+from benchmarks.database import Ids
+from benchmarks.results import Result
+from benchmarks.session import Session
+from benchmarks.timing import timed
+
+RAW_BATCHES = (1, 50)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Who drains: ``processes`` workers of ``concurrency`` threads, with ``CONN_MAX_AGE``."""
+
+    key: str
+    processes: int
+    concurrency: int
+    raw: str = "raw_claim_complete_b50"
+    conn_max_age: str = "0"
+    #: Run ``sizes.rounds`` times (interleaved with the other repeated ones), keep the best.
+    repeated: bool = False
+
+    @property
+    def label(self) -> str:
+        setting = "" if self.conn_max_age == "0" else f", CONN_MAX_AGE={self.conn_max_age}"
+        processes = f"{self.processes} process{'es' if self.processes > 1 else ''}"
+        threads = f"{self.concurrency} thread{'s' if self.concurrency > 1 else ''}"
+        return f"drain: {processes} x {threads}{setting}"
+
+
+#: The 1x8 drains with and without persistent connections alternate, best of several
+#: rounds each, so a 5 % difference between them is not just other work on the machine.
+DRAINS = (
+    Drain("drain_1x1", 1, 1, raw="raw_claim_complete_b1"),
+    Drain("drain_1x8", 1, 8, repeated=True),
+    Drain("drain_1x8_persistent", 1, 8, conn_max_age="None", repeated=True),
+    Drain("drain_1x32", 1, 32),
+    Drain("drain_2x8", 2, 8),
+)
+
+
+def measure(session: Session, drain: Drain, ids: Ids, deadline: float) -> Result:
+    """Run ``drain``'s workers with ``--burst`` over the seeded ``ids``; their rate."""
+    env = workers.environment(session.url, drain.conn_max_age)
+    args = ["--burst", "--concurrency", str(drain.concurrency)]
+    started = time.monotonic()
+    with workers.started(drain.processes, args, env, session.logs / drain.key) as running:
+        cut_short = not workers.wait_all(running, started + deadline)
+        if cut_short:
+            workers.stop_all(running)
+    wall = time.monotonic() - started
+    span = database.span(session.harness, ids)
+    details = {
+        "jobs": ids.count,
+        "succeeded": span.succeeded,
+        "seconds_in_database": span.seconds,
+        "wall_seconds_with_startup": wall,
+        "first_claim_skew_seconds": span.start_skew,
+        "cut_short": cut_short,
+    }
+    figure = span.succeeded / span.seconds if span.seconds else 0.0
+    return Result(drain.key, drain.label, figure, "jobs/s", drain.raw, ids.count, details)
+
+
+def seeded(session: Session, count: int) -> Ids:
+    """An emptied table with ``count`` ready no-op jobs, vacuumed and analysed."""
+    database.reset(session.harness)
+    ids = database.seed(session.harness, count)
+    database.vacuum(session.harness)
+    return ids
+
+
+def run_raw(session: Session) -> None:
+    """(e) The claim/complete ceiling at batch 1 and 50, and at 50 with the server's JIT."""
+    count = session.sizes.raw_jobs
+    runs = [(f"raw_claim_complete_b{batch}", batch, False) for batch in RAW_BATCHES]
+    runs.append(("raw_claim_complete_b50_server_jit", 50, True))
+    for key, batch, jit in runs:
+        seeded(session, count)
+        with raw.connect(session.url, jit=jit) as conn:
+            done, seconds = timed(functools.partial(raw.claim_and_complete, conn, batch))
+        if done != count:
+            raise RuntimeError(f"the raw drain ran {done} of {count} jobs")
+        label = f"raw: claim+complete SQL, batch {batch}{', server JIT' if jit else ''}"
+        session.results.add(Result(key, label, done / seconds, "jobs/s", n=count))
+
+
+def run(session: Session) -> None:
+    """(b) Every drain configuration on an otherwise empty table."""
+    rounds: dict[str, list[Result]] = defaultdict(list)
+    for number in range(session.sizes.rounds):
+        for drain in DRAINS:
+            if number == 0 or drain.repeated:
+                ids = seeded(session, session.sizes.drain_jobs)
+                rounds[drain.key].append(measure(session, drain, ids, session.sizes.drain_deadline))
+    for results in rounds.values():
+        best = max(results, key=lambda result: result.value)
+        figures = [result.value for result in results]
+        session.results.add(dataclasses.replace(best, details={**best.details, "rounds": figures}))
+
+
+def run_backlog(session: Session) -> None:
+    """(d) The 1x8 drain of ready jobs among many finished ones (the table of a busy site)."""
+    sizes = session.sizes
+    database.reset(session.harness)
+    database.seed(session.harness, sizes.backlog_finished, succeeded=True)
+    ids = database.seed(session.harness, sizes.backlog_ready)
+    database.vacuum(session.harness)
+    drain = Drain("drain_backlog", 1, 8)
+    result = measure(session, drain, ids, sizes.long_drain_deadline)
+    label = f"{drain.label}, {sizes.backlog_finished:,} finished rows"
+    session.results.add(dataclasses.replace(result, label=label))

@@ -1,0 +1,44 @@
+"""How much work each benchmark does: the default run and ``--quick``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Job counts and time limits of one run.
+
+    A drain that outlives its deadline is stopped (SIGTERM) and measured over
+    the jobs it finished, so a slow worker makes a shorter, flagged result
+    instead of an endless run.
+    """
+
+    #: Rounds of the enqueue benchmarks; each figure is its best round.
+    rounds: int = 3
+    enqueue_one: int = 2_000
+    enqueue_bulk: int = 10_000
+    raw_jobs: int = 20_000
+    drain_jobs: int = 20_000
+    latency_samples: int = 200
+    backlog_finished: int = 1_000_000
+    backlog_ready: int = 200_000
+    rss_jobs: int = 200_000
+    drain_deadline: float = 45.0
+    long_drain_deadline: float = 100.0
+
+
+DEFAULT = Sizes()
+QUICK = Sizes(
+    rounds=1,
+    enqueue_one=200,
+    enqueue_bulk=1_000,
+    raw_jobs=2_000,
+    drain_jobs=2_000,
+    latency_samples=20,
+    backlog_finished=50_000,
+    backlog_ready=20_000,
+    rss_jobs=20_000,
+    drain_deadline=10.0,
+    long_drain_deadline=10.0,
+)

@@ -1,0 +1,81 @@
+"""One benchmark run: create the database, measure everything in order, drop it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import django
+import psycopg
+from django.db import connections
+
+from benchmarks import database, drain, enqueue, latency, memory
+from benchmarks.results import Results
+from benchmarks.session import Session
+from benchmarks.sizes import Sizes
+from benchmarks.workers import ROOT
+
+#: In this order: the in-process and raw figures first, the long drains last.
+STEPS = (enqueue.run, drain.run_raw, drain.run, latency.run, drain.run_backlog, memory.run)
+
+
+def run(url: str, sizes: Sizes) -> tuple[Results, dict[str, Any]]:
+    """Measure everything on a fresh database at ``url``; the results and what ran them."""
+    started = time.monotonic()
+    database.create(url)
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="dbqueue-bench-") as logs,
+            database.connect(url) as harness,
+        ):
+            database.migrate()
+            session = Session(url, sizes, Path(logs), harness)
+            facts: dict[str, Any] = {"sizes": asdict(sizes), "environment": environment(harness)}
+            for step in STEPS:
+                print(f"{step.__module__}.{step.__name__}", file=sys.stderr, flush=True)
+                step(session)
+    finally:
+        connections.close_all()
+        database.drop(url)
+    facts["duration_seconds"] = time.monotonic() - started
+    facts["load_average_at_end"] = os.getloadavg()
+    return session.results, facts
+
+
+def environment(harness: database.Connection) -> dict[str, Any]:
+    """What the figures depend on: machine, versions, server settings, code revision."""
+    return {
+        "cpus": os.cpu_count(),
+        # Other work on the machine moves every figure; this says how busy it was.
+        "load_average_at_start": os.getloadavg(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "postgresql": database.server_facts(harness),
+        "git": revision(),
+    }
+
+
+def revision() -> dict[str, object]:
+    """The commit measured, and whether the working tree had uncommitted changes."""
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return {"commit": head, "uncommitted_changes": dirty}
+
+
+def git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()

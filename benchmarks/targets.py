@@ -1,0 +1,66 @@
+"""The performance targets of issue 7 (item 3), each judged against figures of the same run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from benchmarks.results import Result
+
+
+@dataclass(frozen=True)
+class Target:
+    """``result`` divided by the best of ``against`` (or by 1 when empty) must stay in bounds."""
+
+    result: str
+    text: str
+    against: tuple[str, ...] = ()
+    at_least: float | None = None
+    at_most: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A target judged: the ratio it compares (the figure itself for absolute targets)."""
+
+    target: Target
+    ratio: float
+    met: bool
+
+
+RAW_B50 = ("raw_claim_complete_b50",)
+
+TARGETS = (
+    Target("drain_1x8", "≥ 40% of raw batch 50", RAW_B50, at_least=0.40),
+    Target("drain_1x32", "≥ 40% of raw batch 50", RAW_B50, at_least=0.40),
+    Target("drain_2x8", "above best 1-process", ("drain_1x8", "drain_1x32"), at_least=1.0),
+    Target("drain_1x8", "≥ 95% of CONN_MAX_AGE=None", ("drain_1x8_persistent",), at_least=0.95),
+    Target("drain_backlog", "≥ 80% of empty table", ("drain_1x8",), at_least=0.80),
+    Target("pickup_p50", "≤ 1.5 ms", at_most=1.5),
+    Target("pickup_p95", "≤ 5 ms", at_most=5.0),
+    Target("enqueue_autocommit", "≥ 70% of raw", ("raw_insert_notify",), at_least=0.70),
+    Target(
+        "enqueue_autocommit",
+        "≥ 95% of CONN_MAX_AGE=None",
+        ("enqueue_autocommit_persistent",),
+        at_least=0.95,
+    ),
+    Target("enqueue_one_atomic", "≥ 50% of raw", ("raw_inserts_one_transaction",), at_least=0.5),
+    Target("enqueue_many", "≥ 70% of raw", ("raw_multirow_insert",), at_least=0.70),
+    Target("rss_after", "< 110% of RSS before", ("rss_before",), at_most=1.10),
+)
+
+
+def judge(results: Mapping[str, Result]) -> list[Verdict]:
+    """Every target whose figures were measured, judged."""
+    verdicts = []
+    for target in TARGETS:
+        if target.result not in results or not all(key in results for key in target.against):
+            continue
+        reference = max((results[key].value for key in target.against), default=1.0)
+        ratio = results[target.result].value / reference
+        met = (target.at_least is None or ratio >= target.at_least) and (
+            target.at_most is None or ratio <= target.at_most
+        )
+        verdicts.append(Verdict(target, ratio, met))
+    return verdicts
