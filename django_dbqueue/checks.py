@@ -1,6 +1,6 @@
 """System checks for the ``DBQUEUE`` settings and the database behind the queue.
 
-Ids: ``dbqueue.E001``-``E011`` are errors, ``dbqueue.W001``-``W002`` warnings.
+Ids: ``dbqueue.E001``-``E012`` are errors, ``dbqueue.W001``-``W002`` warnings.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ SECONDS = (
     "POLL_INTERVAL",
     "REAPER_INTERVAL",
 )
+SWITCHES = ("PREPARED_STATEMENTS", "WORKER_SYNCHRONOUS_COMMIT")
 CHANNEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 
 
@@ -56,6 +57,7 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_numbers(merged),
         *_check_retention(merged),
         *_check_channel(merged["NOTIFY_CHANNEL"]),
+        *_check_switches(merged),
     ]
 
 
@@ -169,6 +171,18 @@ def _check_channel(channel: object) -> list[CheckMessage]:
             hint="Use up to 63 letters, digits and '_', not starting with a digit.",
             id="dbqueue.E008",
         )
+    ]
+
+
+def _check_switches(merged: dict[str, Any]) -> list[CheckMessage]:
+    return [
+        Error(
+            f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be True or False.",
+            hint=f"The default is {conf.DEFAULTS[key]}.",
+            id="dbqueue.E012",
+        )
+        for key in SWITCHES
+        if not isinstance(merged[key], bool)
     ]
 
 

@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "DEAD_RETENTION": None,
     "NOTIFY_CHANNEL": "dbqueue",
     "OLDEST_READY_WARNING": 300,
+    "PREPARED_STATEMENTS": True,
+    "WORKER_SYNCHRONOUS_COMMIT": True,
 }
 
 
@@ -50,6 +52,10 @@ class QueueSettings:
     dead_retention: timedelta | None
     notify_channel: str
     oldest_ready_warning: float
+    #: The worker's protocol threads prepare their statements (PostgreSQL, psycopg 3).
+    prepared_statements: bool
+    #: False: the worker's claims, completions and renewals commit asynchronously.
+    worker_synchronous_commit: bool
 
     @property
     def backoff(self) -> Backoff:

@@ -1,9 +1,10 @@
 """Named SQL statements per database vendor, and the one place that runs them.
 
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
-defines the same names. A block is one statement, or (where the vendor lacks
-``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
-the last one that returns rows giving the result; a statement may read the
+defines the same names, but for the optional ``worker_session`` set-up. A
+block is one statement, or (where the vendor lacks ``UPDATE ... RETURNING``)
+several, run in order in the caller's transaction, the last one that returns
+rows giving the result; a statement may read the
 rows of the latest one that returned rows as ``%(previous)s`` (JSON). Python
 never builds SQL: it asks for a block by name and passes a dict of
 parameters. Structured parameters (lists, dicts) are sent as JSON text and
@@ -29,6 +30,8 @@ from django.db import OperationalError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+
+from django_dbqueue.sql import prepared
 
 SQL_DIR = Path(__file__).parent
 VENDOR_FILES = {"postgresql": "postgresql.sql", "sqlite": "sqlite.sql", "mysql": "mysql.sql"}
@@ -79,12 +82,15 @@ def run(
 
     ``now`` is added for statements that take the clock as a parameter
     (SQLite); call inside ``write_transaction`` so it is read under the lock.
+    A thread that owns its connection (``prepared.own``) runs it prepared.
     """
     sql = statements(connection.vendor)[name]
     values = dict(params)
     if "%(now)s" in sql:
         values["now"] = timezone.now()
     adapted = {key: adapt(connection, value) for key, value in values.items()}
+    if prepared.owns(connection):
+        return prepared.run(connection, sql, adapted)
     rows: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
         for statement in sql.split(STATEMENT_END):

@@ -3,6 +3,14 @@
 -- lock is held, so worker clocks never decide who owns a job. Structured parameters
 -- arrive as JSON text.
 
+-- name: worker_session
+-- Set up a connection the worker owns (claims, completions, renewals, reaping): no JIT,
+-- whose compilation costs a claim more than running it, and asynchronous commit when
+-- %(synchronous_commit)s is 'off' (NULL keeps the server's setting).
+SELECT set_config('jit', 'off', false),
+       set_config('synchronous_commit',
+                  COALESCE(%(synchronous_commit)s, current_setting('synchronous_commit')), false);
+
 -- name: insert_jobs
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)

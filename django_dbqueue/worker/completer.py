@@ -1,92 +1,141 @@
-"""Batched completions: many job successes written in one statement.
+"""Batched completions: job successes written many to a statement, off the job threads.
 
-Job threads hand their result to the completer and wait for it. The completer
-writes everything that queued up while it wrote the previous batch (up to
-``MAX_BATCH``) with one ``complete`` statement, in which every row keeps its
-own fencing check, then tells each thread whether its lease still held. Under
-load this turns a commit per job into a commit per batch; a lone job is
-written at once (group commit: nobody waits for a window).
+A job thread hands its success over (``hand_over``) and is free for the next
+job at once. The completer writes everything that queued up while it wrote
+the previous batch (up to ``MAX_BATCH``) with one ``complete`` statement, in
+which every row keeps its own fencing check, then reports each job's outcome
+to ``written``: ``SUCCEEDED``, ``LEASE_LOST`` when the database refused the
+row, or ``UNRECORDED`` when the database stayed unreachable for the lease's
+length (the reaper recovers those). Under load this turns a commit per job
+into a commit per batch; a lone job is written at once (group commit: nobody
+waits for a window). Until its outcome is reported a job stays the worker's:
+its lease is renewed and shutdown waits for it.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from dataclasses import dataclass, field
-
-from django.db import OperationalError
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from django_dbqueue import leases
+from django_dbqueue.context import JobContext
 from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
+from django_dbqueue.worker.execute import (
+    WRITE_RETRY,
+    Outcome,
+    log_unrecorded,
+    worth_retrying,
+)
+from django_dbqueue.worker.session import worker_session
+
+log = logging.getLogger(__name__)
 
 #: The most results written in one statement.
 MAX_BATCH = 200
 
+#: Told each handed-over job's outcome once written: ``(context, outcome, started)``.
+Written = Callable[[JobContext, Outcome, float], None]
 
-@dataclass
+
+@dataclass(frozen=True)
 class _Pending:
-    lease: leases.Lease
+    context: JobContext
     encoded: str | None
-    done: threading.Event = field(default_factory=threading.Event)
-    applied: bool = False
-    error: Exception | None = None
+    #: When the attempt started (``time.monotonic``), for its duration.
+    started: float
+    #: Past this (``time.monotonic``) the lease may have run out: stop retrying the write.
+    give_up_at: float
 
 
 class Completer(threading.Thread):
     """Background writer of job successes until ``stop`` is set and nothing is pending."""
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(self, stop: threading.Event, written: Written) -> None:
         super().__init__(name="dbqueue-completer", daemon=True)
         self.stop = stop
+        self.written = written
         self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._backlog = 0
+        self._lock = threading.Lock()
 
-    def complete(self, lease: leases.Lease, result: object) -> bool:
-        """Like ``leases.complete``, batched with other threads' results.
+    @property
+    def backlog(self) -> int:
+        """Successes handed over whose outcome is not reported yet."""
+        with self._lock:
+            return self._backlog
 
-        Raises ``ResultNotSerializable`` at once (nothing written), and the
-        database error of the batch if its write failed, so the caller's
-        retry applies. Waits at most the lease's length for the write.
+    def hand_over(self, context: JobContext, result: object, started: float) -> None:
+        """Queue a success for writing; ``written`` hears its outcome later.
+
+        Raises ``ResultNotSerializable`` at once, queueing nothing, when the
+        result is not JSON.
         """
-        pending = _Pending(lease, leases.encode_result(lease, result))
-        self._inbox.put(pending)
-        if not pending.done.wait(lease.lease_seconds):
-            raise OperationalError(f"job {lease.job_id}: the completer did not write in time")
-        if pending.error is not None:
-            raise pending.error
-        return pending.applied
+        encoded = leases.encode_result(context.lease, result)
+        give_up_at = time.monotonic() + context.lease.lease_seconds
+        with self._lock:
+            self._backlog += 1
+        self._inbox.put(_Pending(context, encoded, started, give_up_at))
 
     def run(self) -> None:
-        try:
-            while not (self.stop.is_set() and self._inbox.empty()):
-                batch = self._gather()
-                if batch:
-                    self._write(batch)
-        finally:
-            close_queue_connection()
+        with worker_session():
+            retrying: list[_Pending] = []
+            failures = 0
+            while not (self.stop.is_set() and self._inbox.empty() and not retrying):
+                batch = retrying + self._gather(MAX_BATCH - len(retrying), wait=not retrying)
+                if not batch:
+                    continue
+                try:
+                    completed = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
+                except DATABASE_ERRORS as exc:
+                    close_queue_connection()
+                    failures += 1
+                    retrying = self._still_worth_writing(batch, failures, exc)
+                    continue
+                retrying, failures = [], 0
+                for pending in batch:
+                    applied = pending.context.job_id in completed
+                    self._report(pending, Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST)
 
-    def _gather(self) -> list[_Pending]:
-        try:
-            batch = [self._inbox.get(timeout=0.1)]
-        except queue.Empty:
-            return []
+    def _gather(self, room: int, *, wait: bool) -> list[_Pending]:
+        """What queued up, at most ``room``; with ``wait``, wait briefly for the first."""
+        batch: list[_Pending] = []
+        if wait:
+            try:
+                batch.append(self._inbox.get(timeout=0.1))
+            except queue.Empty:
+                return batch
         # Group commit: take what queued up while the last batch was written, never wait.
-        while len(batch) < MAX_BATCH:
+        while len(batch) < room:
             try:
                 batch.append(self._inbox.get_nowait())
             except queue.Empty:
                 break
         return batch
 
-    def _write(self, batch: list[_Pending]) -> None:
-        try:
-            completed = leases.complete_many([(p.lease, p.encoded) for p in batch])
-        except DATABASE_ERRORS as exc:
-            close_queue_connection()
-            for pending in batch:
-                pending.error = exc
-        else:
-            for pending in batch:
-                pending.applied = pending.lease.job_id in completed
-        finally:
-            for pending in batch:
-                pending.done.set()
+    def _still_worth_writing(
+        self, batch: list[_Pending], failures: int, exc: Exception
+    ) -> list[_Pending]:
+        """After a failed write: report the jobs to give up on, pause, return the rest."""
+        pause = WRITE_RETRY.delay(failures)
+        kept: list[_Pending] = []
+        for pending in batch:
+            if worth_retrying(pending.context, pending.give_up_at, pause):
+                kept.append(pending)
+            else:
+                log_unrecorded(pending.context, Outcome.SUCCEEDED, exc)
+                self._report(pending, Outcome.UNRECORDED)
+        if kept:
+            log.warning(
+                "%s job successes not written yet, retrying in %.1fs: %s", len(kept), pause, exc
+            )
+            time.sleep(pause)
+        return kept
+
+    def _report(self, pending: _Pending, outcome: Outcome) -> None:
+        with self._lock:
+            self._backlog -= 1
+        self.written(pending.context, outcome, pending.started)

@@ -24,6 +24,7 @@ from django_dbqueue.retry import Backoff
 from django_dbqueue.runnable import Runnable
 from django_dbqueue.tasks import TaskNotFound
 from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
+from django_dbqueue.worker.outcome_log import outcome_log
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +42,20 @@ class Outcome(str, enum.Enum):
     LEASE_LOST = "lease_lost"
     #: The database stayed unreachable for a whole lease: the reaper recovers the job.
     UNRECORDED = "unrecorded"
+    #: A success handed to the worker's completer, which writes it and reports the outcome.
+    HANDED_OVER = "handed_over"
 
 
 #: Outcomes written to the job; ``signals.job_finished`` announces them.
 RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD)
 
-
-#: How a success is written: ``leases.complete``, or a batching ``Completer.complete``.
-Complete = Callable[[leases.Lease, Any], bool]
+#: Takes over writing a success: ``(context, result, started)``; raises
+#: ``ResultNotSerializable`` at once when the result is not JSON.
+HandOver = Callable[[JobContext, Any, float], None]
 
 
 def execute(
-    lease: leases.Lease, context: JobContext | None = None, complete: Complete = leases.complete
+    lease: leases.Lease, context: JobContext | None = None, hand_over: HandOver | None = None
 ) -> Outcome:
     """Import the task, bind the arguments, call it, and record what happened.
 
@@ -63,30 +66,46 @@ def execute(
     make the job dead. An outcome the database cannot take (connection lost)
     is retried while the lease may live, then left to the reaper. ``context``
     lets the caller (the heartbeat) signal a lost lease; one is made when not
-    given. ``complete`` writes a success (the worker passes its batching
-    completer). Once an outcome is written, ``signals.job_finished`` is sent.
-    Never raises for task failures, nor for a failing signal receiver.
+    given. Once an outcome is written, it is announced (``announce``).
+
+    With ``hand_over`` (the worker's batching completer) a success is handed
+    over instead of written here, and ``HANDED_OVER`` returned: whoever took
+    it writes and announces it. Never raises for task failures, nor for a
+    failing signal receiver.
     """
     context = context or JobContext(lease)
     started = time.monotonic()
-    outcome, code = _attempt(lease, context, complete)
-    log.info(
+    outcome, code = _attempt(lease, context, hand_over, started)
+    if outcome is not Outcome.HANDED_OVER:
+        announce(lease, outcome, code, time.monotonic() - started)
+    return outcome
+
+
+def announce(lease: leases.Lease, outcome: Outcome, code: str, duration: float) -> None:
+    """Log the attempt's line and, for a written outcome, send ``signals.job_finished``.
+
+    A success is logged at INFO while the worker is calm and at DEBUG while
+    successes come quickly (``outcome_log``), so INFO stays readable.
+    """
+    outcome_log.write(
         "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s",
         lease.job_id,
         lease.task,
         lease.attempt,
         lease.max_attempts,
-        time.monotonic() - started,
+        duration,
         outcome.value,
         code or "-",
+        quiet=outcome is Outcome.SUCCEEDED,
     )
     if outcome in RECORDED:
         # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
         signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
-    return outcome
 
 
-def _attempt(lease: leases.Lease, context: JobContext, complete: Complete) -> tuple[Outcome, str]:
+def _attempt(
+    lease: leases.Lease, context: JobContext, hand_over: HandOver | None, started: float
+) -> tuple[Outcome, str]:
     try:
         task = runnable.resolve(lease.task, lease.backend)
     except TaskNotFound as exc:
@@ -105,7 +124,10 @@ def _attempt(lease: leases.Lease, context: JobContext, complete: Complete) -> tu
     except Exception as exc:  # noqa: BLE001 - task code may raise anything; it is recorded on the job.
         return _failed(context, task, exc)
     try:
-        return _write(context, lambda: complete(lease, result), Outcome.SUCCEEDED), ""
+        if hand_over is not None:
+            hand_over(context, result, started)
+            return Outcome.HANDED_OVER, ""
+        return _write(context, lambda: leases.complete(lease, result), Outcome.SUCCEEDED), ""
     except leases.ResultNotSerializable as exc:
         return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
 
@@ -133,9 +155,9 @@ def _give_up(context: JobContext, info: ErrorInfo) -> tuple[Outcome, str]:
 def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome) -> Outcome:
     """Apply ``transition``; ``outcome`` if it took, ``LEASE_LOST`` if the lease was gone.
 
-    A lost connection is retried with growing pauses for at most one lease
-    length, and not once the lease is known to be lost; after that the
-    outcome is ``UNRECORDED`` and the expired lease is the reaper's to recover.
+    A lost connection is retried with growing pauses while ``worth_retrying``;
+    after that the outcome is ``UNRECORDED`` and the expired lease is the
+    reaper's to recover.
     """
     give_up_at = time.monotonic() + context.lease.lease_seconds
     failures = 0
@@ -146,13 +168,8 @@ def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome
             close_queue_connection()
             failures += 1
             pause = WRITE_RETRY.delay(failures)
-            if context.lease_lost.is_set() or time.monotonic() + pause > give_up_at:
-                log.error(
-                    "job id=%s outcome=%s could not be written, leaving it to the reaper: %s",
-                    context.job_id,
-                    outcome.value,
-                    exc,
-                )
+            if not worth_retrying(context, give_up_at, pause):
+                log_unrecorded(context, outcome, exc)
                 return Outcome.UNRECORDED
             log.warning(
                 "job id=%s outcome=%s not written yet, retrying in %.1fs: %s",
@@ -162,3 +179,21 @@ def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome
                 exc,
             )
             context.lease_lost.wait(pause)
+
+
+def worth_retrying(context: JobContext, give_up_at: float, pause: float) -> bool:
+    """Whether a failed write should be tried again after ``pause`` seconds.
+
+    Writes are retried until ``give_up_at`` (monotonic; one lease length after
+    the first try), and not once the lease is known to be lost.
+    """
+    return not context.lease_lost.is_set() and time.monotonic() + pause <= give_up_at
+
+
+def log_unrecorded(context: JobContext, outcome: Outcome, exc: Exception) -> None:
+    log.error(
+        "job id=%s outcome=%s could not be written, leaving it to the reaper: %s",
+        context.job_id,
+        outcome.value,
+        exc,
+    )

@@ -16,6 +16,7 @@ import time
 from django_dbqueue import conf, leases
 from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
 from django_dbqueue.worker.live import LiveJobs
+from django_dbqueue.worker.session import worker_session
 from django_dbqueue.worker.stats import WorkerStats
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         last_beat = time.monotonic()
-        try:
+        with worker_session():
             while not self.stop.is_set():
                 due = last_beat + self.interval()
                 if time.monotonic() >= due:
@@ -50,8 +51,6 @@ class Heartbeat(threading.Thread):
                 # A newly added job may have a shorter lease: recompute the wait then.
                 self.live.added.wait(due - time.monotonic())
                 self.live.added.clear()
-        finally:
-            close_queue_connection()
 
     def close(self) -> None:
         """Stop beating (after ``stop`` is set) and wait for the thread."""

@@ -29,6 +29,7 @@ from django.db import connections
 from django_dbqueue import conf, leases, periodic, reaper, runnable
 from django_dbqueue.context import JobContext
 from django_dbqueue.tasks import TaskNotFound
+from django_dbqueue.worker.announcer import Announcer
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import DATABASE_ERRORS, Reconnect, repeat
 from django_dbqueue.worker.execute import Outcome, execute
@@ -36,6 +37,7 @@ from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
+from django_dbqueue.worker.session import worker_session
 from django_dbqueue.worker.stats import WorkerStats
 
 log = logging.getLogger("django_dbqueue.worker")
@@ -91,7 +93,8 @@ class Worker:
         self._threads_stop = threading.Event()
         self.pool = JobPool(options.concurrency, self._run_job)
         self.heartbeat = Heartbeat(self.live, self.stats, self._threads_stop)
-        self.completer = Completer(self._threads_stop)
+        self.completer = Completer(self._threads_stop, self._success_written)
+        self.announcer = Announcer()
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
@@ -114,13 +117,15 @@ class Worker:
             self.pool.start()
             self.heartbeat.start()
             self.completer.start()
+            self.announcer.start()
             self.listener.start()
             if self.options.reaper:
                 self.reaper.start()
             if self.scheduler.schedules:
                 self.periodic.start()
             try:
-                self._claim_until_done()
+                with worker_session():
+                    self._claim_until_done()
             finally:
                 self._shut_down()
 
@@ -149,7 +154,7 @@ class Worker:
             reconnect.succeeded()
             for lease in claimed:
                 self._start_job(lease)
-            if not claimed and self.options.burst and self.pool.busy == 0:
+            if not claimed and self.options.burst and not self.live:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
             if len(claimed) < wanted:
@@ -158,12 +163,16 @@ class Worker:
     def _slots_to_fill(self) -> int:
         """Free slots to claim for now: none while most slots are busy, so claims come in batches.
 
-        With jobs running, the claimer waits until a quarter of the slots are
-        free (a finished job wakes it), so a busy worker makes one claim per
-        several jobs instead of one per job.
+        A slot is free once its job's task returned, even while the completer
+        still writes its success; only a completer more than ``concurrency``
+        successes behind holds slots back, so at most twice ``concurrency``
+        jobs are the worker's at once. With jobs running, the claimer waits
+        until a quarter of the slots are free (a finished job wakes it), so a
+        busy worker makes one claim per several jobs instead of one per job.
         """
-        free = self.pool.free
-        if self.pool.busy and free < max(1, self.options.concurrency // 4):
+        concurrency = self.options.concurrency
+        free = self.pool.free - max(0, self.completer.backlog - concurrency)
+        if self.pool.busy and free < max(1, concurrency // 4):
             free = 0
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.stats.claimed)
@@ -171,7 +180,7 @@ class Worker:
 
     def _done_with_max_jobs(self) -> bool:
         limit = self.options.max_jobs
-        return limit is not None and self.stats.claimed >= limit and self.pool.busy == 0
+        return limit is not None and self.stats.claimed >= limit and not self.live
 
     def _start_job(self, lease: leases.Lease) -> None:
         self.stats.add("claimed")
@@ -184,18 +193,34 @@ class Worker:
         self.pool.submit(context)
 
     def _run_job(self, context: JobContext) -> None:
+        """Run one job in a pool thread; a success is left to the completer to write."""
         started = time.monotonic()
+        handed_over = False
         try:
-            outcome = execute(context.lease, context, self.completer.complete)
-            self.stats.run_duration.observe(time.monotonic() - started)
-            self.stats.add(COUNTER_OF[outcome])
+            outcome = execute(context.lease, context, self.completer.hand_over)
+            handed_over = outcome is Outcome.HANDED_OVER
+            if not handed_over:
+                self._count(outcome, started)
         finally:
-            self.live.remove(context.job_id)
+            if not handed_over:
+                self.live.remove(context.job_id)
             self.wake.set()
+
+    def _success_written(self, context: JobContext, outcome: Outcome, started: float) -> None:
+        """The completer wrote (or gave up on) a success: count it, free it, announce it."""
+        self._count(outcome, started)
+        self.live.remove(context.job_id)
+        self.wake.set()
+        self.announcer.put(context.lease, outcome, time.monotonic() - started)
+
+    def _count(self, outcome: Outcome, started: float) -> None:
+        self.stats.run_duration.observe(time.monotonic() - started)
+        self.stats.add(COUNTER_OF[outcome])
 
     def _reap_forever(self) -> None:
         interval = conf.get().reaper_interval
-        repeat("reap", reaper.sweep, self._threads_stop, interval, first_pause=interval)
+        with worker_session():
+            repeat("reap", reaper.sweep, self._threads_stop, interval, first_pause=interval)
 
     def _schedule_until_stopping(self) -> None:
         names = ",".join(schedule.name for schedule in self.scheduler.schedules)
@@ -206,7 +231,7 @@ class Worker:
     def _shut_down(self) -> None:
         self.stopping.set()
         deadline = time.monotonic() + self.options.shutdown_timeout
-        while self.pool.busy and not self.stop_now.is_set():
+        while self.live and not self.stop_now.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -217,6 +242,7 @@ class Worker:
         self.listener.close()
         self.heartbeat.close()
         self.completer.join(5)
+        self.announcer.close(5)
         if self.reaper.is_alive():
             self.reaper.join(5)
         if self.periodic.is_alive():

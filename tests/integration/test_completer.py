@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
 from django_dbqueue import leases
+from django_dbqueue.context import JobContext
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.completer import Completer
+from django_dbqueue.worker.execute import Outcome
 from tests import tasks
 
 WAIT = 30
@@ -45,14 +48,42 @@ def test_complete_many_of_nothing_writes_nothing(
         assert leases.complete_many([]) == set()
 
 
+class Reports:
+    """What the completer reported, and a way to wait for it."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[int, Outcome] = {}
+        self.arrived = threading.Condition()
+
+    def __call__(self, context: JobContext, outcome: Outcome, started: float) -> None:
+        with self.arrived:
+            self.outcomes[context.job_id] = outcome
+            self.arrived.notify_all()
+
+    def wait_for(self, count: int) -> dict[int, Outcome]:
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: len(self.outcomes) >= count, WAIT), "timed out"
+        return self.outcomes
+
+
+@contextmanager
+def running(completer: Completer) -> Iterator[Completer]:
+    completer.start()
+    try:
+        yield completer
+    finally:
+        completer.stop.set()
+        completer.join(WAIT)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_results_that_queue_up_during_a_write_share_the_next_statement(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tasks.noop.enqueue_many([((), {})] * 8)
-    claimed = leases.claim(None, "w1", 8)
-    stop = threading.Event()
-    completer = Completer(stop)
+    first, *rest = leases.claim(None, "w1", 8)
+    reports = Reports()
+    completer = Completer(threading.Event(), reports)
     batches: list[int] = []
     writing = threading.Event()
     write = leases.complete_many
@@ -65,27 +96,32 @@ def test_results_that_queue_up_during_a_write_share_the_next_statement(
         return write(done)
 
     monkeypatch.setattr(leases, "complete_many", hold_first_write_until_the_rest_queue)
-    answers: dict[int, bool] = {}
-
-    def finish(lease: leases.Lease) -> None:
-        answers[lease.job_id] = completer.complete(lease, {"id": lease.job_id})
-        connection.close()
-
-    completer.start()
-    first, *rest = (threading.Thread(target=finish, args=(lease,)) for lease in claimed)
-    try:
-        first.start()
+    with running(completer):
+        completer.hand_over(JobContext(first), {"id": first.job_id}, time.monotonic())
         assert writing.wait(WAIT)  # the first result is being written alone
-        for thread in rest:
-            thread.start()
-        for thread in (first, *rest):
-            thread.join(WAIT)
-    finally:
-        stop.set()
-        completer.join(WAIT)
+        for lease in rest:
+            completer.hand_over(JobContext(lease), {"id": lease.job_id}, time.monotonic())
+        assert completer.backlog == 8
+        outcomes = reports.wait_for(8)
     assert batches == [1, 7]
-    assert answers == {lease.job_id: True for lease in claimed}
+    assert outcomes == {lease.job_id: Outcome.SUCCEEDED for lease in (first, *rest)}
+    assert completer.backlog == 0
     assert Job.objects.succeeded().count() == 8
+    assert Job.objects.get(pk=first.job_id).result == {"id": first.job_id}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_whose_lease_was_lost_is_reported_lost_and_left_alone() -> None:
+    tasks.noop.enqueue_many([((), {})] * 2)
+    kept, lost = leases.claim(None, "w1", 2)
+    Job.objects.filter(pk=lost.job_id).update(lease_until=timezone.now() - timedelta(seconds=1))
+    reports = Reports()
+    with running(Completer(threading.Event(), reports)) as completer:
+        for lease in (kept, lost):
+            completer.hand_over(JobContext(lease), None, time.monotonic())
+        outcomes = reports.wait_for(2)
+    assert outcomes == {kept.job_id: Outcome.SUCCEEDED, lost.job_id: Outcome.LEASE_LOST}
+    assert Job.objects.get(pk=lost.job_id).state == JobState.RUNNING
 
 
 def wait_until(condition: Callable[[], bool]) -> None:
@@ -96,26 +132,56 @@ def wait_until(condition: Callable[[], bool]) -> None:
 
 
 def test_a_result_that_is_not_json_is_refused_before_anything_is_queued() -> None:
-    completer = Completer(threading.Event())
+    completer = Completer(threading.Event(), Reports())
     lease = leases.Lease(1, 1, "w1", "t", [], {}, 1, 1, timezone.now(), 30, "default")
     with pytest.raises(leases.ResultNotSerializable):
-        completer.complete(lease, {1, 2})
+        completer.hand_over(JobContext(lease), {1, 2}, time.monotonic())
     assert completer._inbox.empty()
+    assert completer.backlog == 0
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_failed_batch_write_reaches_every_waiting_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_batch_write_is_tried_again_while_the_lease_may_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks.noop.enqueue()
+    (lease,) = leases.claim(None, "w1", 1)
+    write = leases.complete_many
+    tries: list[int] = []
+
+    def fail_once(done: list[tuple[leases.Lease, str]]) -> set[int]:
+        tries.append(len(done))
+        if len(tries) == 1:
+            raise OperationalError("server closed the connection")
+        return write(done)
+
+    monkeypatch.setattr(leases, "complete_many", fail_once)
+    reports = Reports()
+    with running(Completer(threading.Event(), reports)) as completer:
+        completer.hand_over(JobContext(lease), None, time.monotonic())
+        assert reports.wait_for(1) == {lease.job_id: Outcome.SUCCEEDED}
+    assert tries == [1, 1]
+    assert Job.objects.get(pk=lease.job_id).state == JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("why", ["lease over", "lease lost"])
+@pytest.mark.django_db(transaction=True)
+def test_a_write_that_cannot_be_made_in_time_is_left_unrecorded(
+    monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
     def refuse(done: object) -> set[int]:
         raise OperationalError("server closed the connection")
 
     monkeypatch.setattr(leases, "complete_many", refuse)
-    stop = threading.Event()
-    completer = Completer(stop)
-    completer.start()
-    lease = leases.Lease(1, 1, "w1", "t", [], {}, 1, 1, timezone.now(), 30, "default")
-    try:
-        with pytest.raises(OperationalError, match="server closed"):
-            completer.complete(lease, None)
-    finally:
-        stop.set()
-        completer.join(WAIT)
+    # A lease of 0 s leaves no time for a retry; a lost lease is not worth one.
+    lease = leases.Lease(
+        1, 1, "w1", "t", [], {}, 1, 1, timezone.now(), 0 if why == "lease over" else 30, "default"
+    )
+    context = JobContext(lease)
+    if why == "lease lost":
+        context.lease_lost.set()
+    reports = Reports()
+    with running(Completer(threading.Event(), reports)) as completer:
+        completer.hand_over(context, None, time.monotonic())
+        assert reports.wait_for(1) == {1: Outcome.UNRECORDED}
+    assert completer.backlog == 0

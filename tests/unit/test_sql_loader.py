@@ -9,6 +9,8 @@ import pytest
 from django_dbqueue.sql import UnsupportedDatabase, parse, statements
 
 VENDORS = ("postgresql", "sqlite")
+#: The block only some vendors define: a worker connection's set-up.
+OPTIONAL = "worker_session"
 
 
 def test_parse_splits_named_blocks_and_drops_comment_lines() -> None:
@@ -32,8 +34,11 @@ RETURNING id;
     }
 
 
-def test_postgresql_and_sqlite_define_the_same_statement_names() -> None:
-    assert set(statements("postgresql")) == set(statements("sqlite"))
+def test_every_vendor_defines_the_same_statement_names_but_the_optional_set_up() -> None:
+    names = set(statements("postgresql")) - {OPTIONAL}
+    assert OPTIONAL in statements("postgresql")
+    for vendor in (*VENDORS, "mysql"):
+        assert set(statements(vendor)) - {OPTIONAL} == names, vendor
 
 
 def test_every_statement_is_non_empty_and_comment_free() -> None:
@@ -53,7 +58,7 @@ def test_vendors_take_the_same_parameters_apart_from_the_clock_and_channel() -> 
 
     postgresql, sqlite = statements("postgresql"), statements("sqlite")
 
-    for name in postgresql:
+    for name in postgresql.keys() - {OPTIONAL}:
         # SQLite reads the clock from %(now)s; only PostgreSQL sends NOTIFY on %(channel)s.
         assert parameters(sqlite[name]) - {"now"} == parameters(postgresql[name]) - {"channel"}, (
             name

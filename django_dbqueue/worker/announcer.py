@@ -1,0 +1,41 @@
+"""Announcing the successes the completer wrote, away from its write loop.
+
+Each written success gets its log line and its ``signals.job_finished``
+(whose receivers may query the database) here, in order, so neither a slow
+receiver nor logging delays the next batch write. The thread's connections
+are ordinary ones, as in a job thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from django.db import connections
+
+from django_dbqueue.leases import Lease
+from django_dbqueue.worker.execute import Outcome, announce
+
+
+class Announcer(threading.Thread):
+    """Announces queued outcomes until ``close()`` and the queue is empty."""
+
+    def __init__(self) -> None:
+        super().__init__(name="dbqueue-announcer", daemon=True)
+        self._inbox: queue.SimpleQueue[tuple[Lease, Outcome, float] | None] = queue.SimpleQueue()
+
+    def put(self, lease: Lease, outcome: Outcome, duration: float) -> None:
+        self._inbox.put((lease, outcome, duration))
+
+    def close(self, timeout: float) -> None:
+        """Announce what is queued, then stop; wait up to ``timeout`` seconds."""
+        self._inbox.put(None)
+        self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            while (item := self._inbox.get()) is not None:
+                lease, outcome, duration = item
+                announce(lease, outcome, "", duration)
+        finally:
+            connections.close_all()

@@ -1,0 +1,64 @@
+"""The worker's own database sessions: set up once per connection, statements prepared.
+
+The claimer, completer, heartbeat and reaper threads run nothing on their
+connection to the queue's database but the lease protocol. Inside
+``worker_session()`` each new connection of such a thread is set up with the
+vendor's ``worker_session`` statement (PostgreSQL: JIT off, since compiling a
+claim costs more than running it, and asynchronous commit when
+``WORKER_SYNCHRONOUS_COMMIT`` is False), and with ``PREPARED_STATEMENTS`` its
+statements run prepared (``sql.prepared``). Job threads, where task code runs,
+and enqueue keep the connection exactly as the project configured it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
+
+from django_dbqueue import conf, sql
+from django_dbqueue.sql import prepared
+
+_thread = threading.local()
+
+
+@contextmanager
+def worker_session() -> Iterator[None]:
+    """Within the block, this thread's queue connection is the worker's own.
+
+    It is set up now if already open, and whenever it reconnects; at the end
+    it is closed, so its session settings never reach other code.
+    """
+    cfg = conf.get()
+    connection = connections[cfg.database]
+    _thread.alias = cfg.database
+    _thread.synchronous_commit = None if cfg.worker_synchronous_commit else "off"
+    prepared.own(cfg.database if cfg.prepared_statements else None)
+    try:
+        if connection.connection is not None:
+            set_up(connection)
+        yield
+    finally:
+        _thread.alias = None
+        prepared.own(None)
+        connection.close()
+
+
+def set_up(connection: BaseDatabaseWrapper) -> None:
+    """Apply the worker's settings to a new ``connection``: preparation, the vendor's set-up."""
+    prepared.enable(connection)
+    if "worker_session" in sql.statements(connection.vendor):
+        sql.run(connection, "worker_session", {"synchronous_commit": _thread.synchronous_commit})
+
+
+def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **_: Any) -> None:
+    if getattr(_thread, "alias", None) == connection.alias:
+        set_up(connection)
+
+
+connection_created.connect(_on_connection_created, dispatch_uid="django_dbqueue.worker.session")

@@ -1,0 +1,116 @@
+"""The worker's own connections: set up once per connection, statements prepared (PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+from django.db import connection, connections
+from django.test import override_settings
+
+from django_dbqueue import leases
+from django_dbqueue.worker.session import worker_session
+from tests import tasks
+
+pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
+
+T = TypeVar("T")
+
+
+def in_thread(action: Callable[[], T]) -> T:
+    """``action()`` on a thread of its own (its own connection), which is then closed."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(action())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread.
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    if errors:
+        raise errors[0]
+    return results[0]
+
+
+def setting(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW {name}")
+        return str(cursor.fetchone()[0])
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def inside_session(action: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        with worker_session():
+            return action()
+
+    return run
+
+
+def test_a_worker_connection_runs_without_jit_and_keeps_the_server_commit_setting() -> None:
+    assert in_thread(lambda: setting("jit")) == "on"  # the server's default, elsewhere
+    inside = in_thread(inside_session(lambda: (setting("jit"), setting("synchronous_commit"))))
+    assert inside == ("off", "on")
+
+
+@override_settings(DBQUEUE={"WORKER_SYNCHRONOUS_COMMIT": False})
+def test_asynchronous_worker_commits_apply_to_worker_connections_only() -> None:
+    assert in_thread(inside_session(lambda: setting("synchronous_commit"))) == "off"
+    assert in_thread(lambda: setting("synchronous_commit")) == "on"
+
+
+def test_protocol_statements_run_prepared_on_a_worker_connection() -> None:
+    tasks.noop.enqueue()
+
+    def claim_then_list() -> list[str]:
+        assert len(leases.claim(None, "w1", 1)) == 1
+        return prepared_statements()
+
+    statements = in_thread(inside_session(claim_then_list))
+    claims = [text for text in statements if "FOR UPDATE SKIP LOCKED" in text]
+    assert len(claims) == 1
+    assert "SET state = 'running'" in claims[0]
+    assert in_thread(lambda: (leases.claim(None, "w1", 1), prepared_statements())[1]) == []
+
+
+@override_settings(DBQUEUE={"PREPARED_STATEMENTS": False})
+def test_prepared_statements_can_be_turned_off_for_poolers_that_cannot_keep_them() -> None:
+    tasks.noop.enqueue()
+
+    def claim_then_list() -> list[str]:
+        leases.claim(None, "w1", 1)
+        return prepared_statements()
+
+    assert in_thread(inside_session(claim_then_list)) == []
+    assert in_thread(inside_session(lambda: setting("jit"))) == "off"  # still set up
+
+
+def test_a_connection_opened_again_inside_the_session_is_set_up_again() -> None:
+    def reconnect_then_read() -> str:
+        setting("jit")
+        connection.close()
+        return setting("jit")
+
+    assert in_thread(inside_session(reconnect_then_read)) == "off"
+
+
+def test_the_session_closes_its_connection_so_its_settings_end_with_it() -> None:
+    def open_then_leave() -> bool:
+        with worker_session():
+            setting("jit")
+        return connection.connection is None
+
+    assert in_thread(open_then_leave)
