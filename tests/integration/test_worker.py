@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -61,6 +62,28 @@ class TestWorkerInProcess:
         other = tasks.noop.using(queue="b").enqueue()
         Worker(WorkerOptions(queues=["a"], burst=True)).run()
         assert list(Job.objects.ready().values_list("pk", flat=True)) == [other.pk]
+
+    def test_a_success_frees_its_slot_while_the_completer_writes_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        worker = Worker(WorkerOptions(burst=True, concurrency=1))
+        write = leases.complete_many
+        second_claimed_before_first_write: list[bool] = []
+
+        def write_once_the_next_job_is_claimed(done: list[tuple[leases.Lease, str]]) -> set[int]:
+            if not second_claimed_before_first_write:
+                deadline = time.monotonic() + 30
+                while worker.stats.claimed < 2 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                second_claimed_before_first_write.append(worker.stats.claimed == 2)
+            return write(done)
+
+        monkeypatch.setattr(leases, "complete_many", write_once_the_next_job_is_claimed)
+        worker.run()  # returns only once every success is written
+        assert second_claimed_before_first_write == [True]
+        assert Job.objects.succeeded().count() == 2
+        assert worker.stats.snapshot()["succeeded"] == 2
 
     def test_stop_from_another_thread_drains_and_returns(self) -> None:
         worker = Worker(WorkerOptions(poll_interval=30))

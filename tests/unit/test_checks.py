@@ -249,6 +249,26 @@ def test_e008_notify_channel_must_be_a_postgresql_identifier(
     only(messages, "dbqueue.E008")
 
 
+@pytest.mark.parametrize("key", checks.SWITCHES)
+@pytest.mark.parametrize("value", [0, 1, "off", None])
+def test_e012_switches_must_be_true_or_false(settings: Settings, key: str, value: object) -> None:
+    configure(settings, **{key: value})
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E012"]
+    (message,) = only(messages, "dbqueue.E012")
+    assert key in message.msg
+
+
+@pytest.mark.parametrize("key", checks.SWITCHES)
+@pytest.mark.parametrize("value", [True, False])
+def test_switches_accept_true_and_false(settings: Settings, key: str, value: bool) -> None:
+    configure(settings, **{key: value})
+
+    assert checks.check_settings() == []
+
+
 def test_e009_unsupported_database_vendor_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connections["default"], "vendor", "oracle")
 
