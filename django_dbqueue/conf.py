@@ -1,16 +1,20 @@
-"""The ``DBQUEUE`` settings: typed, defaulted, and read at call time.
+"""The ``DBQUEUE`` settings: typed, defaulted, read once and kept until they change.
 
-Nothing is cached, so ``override_settings`` and per-test settings apply at
-once. Validation lives in ``checks.py``; this module only supplies defaults.
+Django's ``setting_changed`` (sent by ``override_settings`` and pytest-django's
+``settings`` fixture) drops the kept value, so changed settings apply at once.
+Validation lives in ``checks.py``; this module only supplies defaults.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from django_dbqueue.retry import Backoff
 
@@ -69,7 +73,14 @@ def user_settings() -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+@functools.cache
 def get() -> QueueSettings:
     """The effective settings now. Assumes the system checks passed."""
     merged = {**DEFAULTS, **user_settings()}
     return QueueSettings(**{key.lower(): merged[key] for key in DEFAULTS})
+
+
+@receiver(setting_changed)
+def _forget_changed_settings(setting: str, **_: Any) -> None:
+    if setting == "DBQUEUE":
+        get.cache_clear()

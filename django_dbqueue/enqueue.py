@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.db import connections, models, transaction
+from django.db import connections, models
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, signals, sql
+from django_dbqueue import conf, sql, wakeups
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import (
@@ -36,6 +36,22 @@ MAX_DELAY = timedelta(days=100 * 365)
 #: How often an enqueue with a dedupe key re-tries when the active job it
 #: collided with finished before it could be read back.
 DEDUPE_TRIES = 3
+
+
+#: The columns of a job just inserted that no enqueue option sets.
+FRESH_COLUMNS: dict[str, Any] = {
+    "state": JobState.READY,
+    "attempts": 0,
+    "lease_token": 0,
+    "worker_id": None,
+    "last_worker_id": "",
+    "lease_until": None,
+    "started_at": None,
+    "finished_at": None,
+    "result": None,
+    "last_error_code": "",
+    "last_error": "",
+}
 
 
 @dataclass(frozen=True)
@@ -65,28 +81,40 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
     if not calls:
         return []
     check_importable(task)
-    spec = job_spec(task, options, conf.get())
-    return insert(spec, calls, encode_calls(task, calls))
+    cfg = conf.get()
+    spec = job_spec(task, options, cfg)
+    return insert(spec, calls, encode_calls(task, calls), cfg)
 
 
-def insert(spec: JobSpec, calls: list[Call], rows: str) -> list[Job]:
+def insert(
+    spec: JobSpec, calls: list[Call], rows: str, cfg: conf.QueueSettings | None = None
+) -> list[Job]:
     """Insert one job per call (``rows``: the calls as JSON) in the caller's transaction.
 
     A ``dedupe_key`` an active job of the same task holds returns that job,
-    unchanged, with ``deduplicated=True``. Workers are woken at commit.
+    unchanged, with ``deduplicated=True``. Workers are woken at commit, once
+    per queue and transaction (``wakeups``).
     """
-    cfg = conf.get()
-    params = {**asdict(spec), "rows": rows, "channel": cfg.notify_channel}
+    cfg = cfg or conf.get()
     connection = connections[cfg.database]
+    params = {
+        **vars(spec),
+        "rows": rows,
+        "channel": cfg.notify_channel,
+        "notify": wakeups.needs_notify(connection, spec.queue),
+    }
+    statement = (
+        "insert_job" if len(calls) == 1 and sql.defines(connection, "insert_job") else "insert_jobs"
+    )
     for _ in range(DEDUPE_TRIES):
         # Ids grow in input order; RETURNING order is not promised everywhere.
-        inserted = sorted(sql.run(connection, "insert_jobs", params))
+        inserted = sorted(sql.run(connection, statement, params))
         if inserted:
             jobs = [
                 built_job(connection.alias, spec, call, row)
                 for call, row in zip(calls, inserted, strict=True)
             ]
-            announce(connection.alias, spec.queue, [job.pk for job in jobs])
+            wakeups.announce(connection, spec.queue, [job.pk for job in jobs])
             return jobs
         existing = (
             Job.objects.using(connection.alias)
@@ -236,35 +264,29 @@ def is_json(value: object) -> bool:
 def built_job(alias: str, spec: JobSpec, call: Call, row: tuple[Any, ...]) -> Job:
     """The ``Job`` instance for an inserted row, without reading it back."""
     args, kwargs = call
-    job = Job(
-        id=row[0],
-        created_at=sql.to_datetime(row[1]),
-        run_at=sql.to_datetime(row[2]),
-        queue=spec.queue,
-        task=spec.task,
-        args=list(args),
-        kwargs=dict(kwargs),
-        state=JobState.READY,
-        priority=spec.priority,
-        max_attempts=spec.max_attempts,
-        lease_seconds=spec.lease_seconds,
-        dedupe_key=spec.dedupe_key,
-        serial_key=spec.serial_key,
-        subject_type_id=spec.subject_type_id,
-        subject_id=spec.subject_id,
-        backend=spec.backend,
-    )
-    job._state.adding = False
-    job._state.db = alias
+    values = {
+        **FRESH_COLUMNS,
+        "id": row[0],
+        "created_at": sql.to_datetime(row[1]),
+        "run_at": sql.to_datetime(row[2]),
+        "queue": spec.queue,
+        "task": spec.task,
+        "args": list(args),
+        "kwargs": dict(kwargs),
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "lease_seconds": spec.lease_seconds,
+        "dedupe_key": spec.dedupe_key,
+        "serial_key": spec.serial_key,
+        "subject_type_id": spec.subject_type_id,
+        "subject_id": spec.subject_id,
+        "backend": spec.backend,
+        "errors": [],
+    }
+    # from_db() builds the instance as a query would: every column given, in order.
+    columns = [field.attname for field in Job._meta.concrete_fields]
+    job: Job = Job.from_db(alias, columns, [values[column] for column in columns])
     return job
-
-
-def announce(alias: str, queue: str, job_ids: list[int]) -> None:
-    """Tell in-process listeners about the jobs once their transaction commits."""
-    transaction.on_commit(
-        lambda: signals.jobs_committed.send(sender=Job, queue=queue, job_ids=job_ids),
-        using=alias,
-    )
 
 
 def on_save(

@@ -1,10 +1,11 @@
 """Named SQL statements per database vendor, and the one place that runs them.
 
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
-defines the same names, but for the optional ``worker_session`` set-up. A
-block is one statement, or (where the vendor lacks ``UPDATE ... RETURNING``)
-several, run in order in the caller's transaction, the last one that returns
-rows giving the result; a statement may read the
+defines the same names, but for two optional ones: ``worker_session`` (the
+set-up of a worker's own connection) and ``insert_job`` (a faster single-row
+``insert_jobs``). A block is one statement, or (where the vendor lacks
+``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
+the last one that returns rows giving the result; a statement may read the
 rows of the latest one that returned rows as ``%(previous)s`` (JSON). Python
 never builds SQL: it asks for a block by name and passes a dict of
 parameters. Structured parameters (lists, dicts) are sent as JSON text and
@@ -75,6 +76,11 @@ def statements(vendor: str) -> dict[str, str]:
     return parse((SQL_DIR / filename).read_text())
 
 
+def defines(connection: BaseDatabaseWrapper, name: str) -> bool:
+    """Whether the connection's vendor has block ``name`` (for the optional ones)."""
+    return name in statements(connection.vendor)
+
+
 def run(
     connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]
 ) -> list[tuple[Any, ...]]:
@@ -82,14 +88,15 @@ def run(
 
     ``now`` is added for statements that take the clock as a parameter
     (SQLite); call inside ``write_transaction`` so it is read under the lock.
-    A thread that owns its connection (``prepared.own``) runs it prepared.
+    It runs prepared where ``prepared.prepares`` says so.
     """
     sql = statements(connection.vendor)[name]
     values = dict(params)
     if "%(now)s" in sql:
         values["now"] = timezone.now()
     adapted = {key: adapt(connection, value) for key, value in values.items()}
-    if prepared.owns(connection):
+    connection.ensure_connection()
+    if prepared.prepares(connection):
         return prepared.run(connection, sql, adapted)
     rows: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:

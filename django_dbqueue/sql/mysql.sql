@@ -13,7 +13,8 @@
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job hits the unique index on the generated active_dedupe_key column
 -- and is skipped, never an error. The rows inserted are read back by the batch's
--- creation time, unique to the microsecond. (%(channel)s is unused: no NOTIFY.)
+-- creation time, unique to the microsecond. (%(channel)s and %(notify)s are unused: no
+-- NOTIFY.)
 SET @dbqueue_inserted_at = UTC_TIMESTAMP(6);
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,

@@ -15,7 +15,10 @@ SELECT set_config('jit', 'off', false),
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job is skipped, never an error, so the caller's transaction stays
--- usable. Listeners on %(channel)s hear of the queue once, when the transaction commits.
+-- usable: ON CONFLICT names no target, which plans faster, and the active dedupe index
+-- is the only unique one a new row can hit (ids come from the sequence). With
+-- %(notify)s, listeners on %(channel)s hear of the queue when the transaction commits
+-- (the caller notifies once per queue and transaction).
 WITH inserted AS (
     INSERT INTO dbqueue_job (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
@@ -31,13 +34,30 @@ WITH inserted AS (
         '[]'::jsonb
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
-    ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
-    DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id, created_at, run_at
 )
 SELECT inserted.id, inserted.created_at, inserted.run_at,
-       (SELECT pg_notify(%(channel)s, %(queue)s)) AS notified
+       (SELECT pg_notify(%(channel)s, %(queue)s) WHERE %(notify)s) AS notified
 FROM inserted;
+
+-- name: insert_job
+-- insert_jobs for a single call (%(rows)s holds one element): the same row, the same
+-- skipped duplicate and the same NOTIFY, in a statement that plans in half the time.
+INSERT INTO dbqueue_job (
+    queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
+    lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors
+) VALUES (
+    %(queue)s, %(task)s, %(rows)s::jsonb -> 0 -> 'args', %(rows)s::jsonb -> 0 -> 'kwargs',
+    'ready', %(priority)s,
+    COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
+    0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
+    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb
+)
+ON CONFLICT DO NOTHING
+RETURNING id, created_at, run_at,
+          CASE WHEN %(notify)s THEN pg_notify(%(channel)s, %(queue)s) END AS notified;
 
 -- name: claim
 -- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue with

@@ -1,14 +1,24 @@
-"""Prepared execution for the connections a worker owns (PostgreSQL with psycopg 3).
+"""Prepared execution of the queue's statements (PostgreSQL with psycopg 3).
 
-A thread that owns its connection to the queue's database (``own``) runs the
-queue's statements server-side bound and prepared: each is parsed and planned
-once per connection instead of on every call, which is most of a claim's cost.
-Only the worker's protocol threads own their connection; connections that
-task code or a web request use are never touched.
+A prepared statement is parsed and planned once per connection instead of on
+every call, which is most of a claim's cost and half of an enqueue's. The
+queue's statements run prepared on two kinds of connection:
+
+- those a worker thread owns (``own``): the claimer, completer, heartbeat and
+  reaper run nothing else on theirs, so the worker turns preparation on there
+  (``enable``) unless ``PREPARED_STATEMENTS`` is False;
+- yours, where you turned preparation on yourself
+  (``DATABASES[...]["OPTIONS"]["prepare_threshold"]``). Django leaves it off by
+  default, which is what a pooler that cannot keep prepared statements needs,
+  so enqueue never prepares on a connection that did not ask for it.
+
+Statements still go through Django's cursor wrapper, so execute wrappers see
+them; while Django logs queries they run unprepared, with their SQL in the log.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -23,20 +33,41 @@ PREPARE_THRESHOLD = 5
 
 
 def own(alias: str | None) -> None:
-    """Run this thread's statements on ``alias`` prepared from now on (``None``: stop)."""
+    """This thread owns its connection to ``alias`` from now on (``None``: no longer)."""
     _thread.alias = alias
 
 
-def owns(connection: BaseDatabaseWrapper) -> bool:
-    """Whether this thread's statements on ``connection`` run prepared."""
+def enable(connection: BaseDatabaseWrapper) -> None:
+    """Let a new ``connection`` prepare statements, when this thread owns it.
+
+    Django opens psycopg connections with preparation off
+    (``prepare_threshold=None``), which even ``prepare=True`` respects. The
+    connection is the worker's own, so no other code sees the change.
+    """
+    if getattr(_thread, "alias", None) == connection.alias and _psycopg3(connection):
+        connection.connection.prepare_threshold = PREPARE_THRESHOLD
+
+
+def prepares(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the queue's statements on ``connection`` (an open one) run prepared.
+
+    Not while Django logs the connection's queries (``DEBUG``,
+    ``assertNumQueries``): its log cannot show a prepared statement's SQL, so
+    those run through Django's own cursor as usual.
+    """
     return (
-        getattr(_thread, "alias", None) == connection.alias
-        and connection.vendor == "postgresql"
-        and _psycopg3()
+        _psycopg3(connection)
+        and connection.connection.prepare_threshold is not None
+        and not connection.queries_logged
     )
 
 
-def _psycopg3() -> bool:
+def _psycopg3(connection: BaseDatabaseWrapper) -> bool:
+    return connection.vendor == "postgresql" and _driver_is_psycopg3()
+
+
+@functools.cache
+def _driver_is_psycopg3() -> bool:
     # Imported here: the module imports psycopg (or psycopg2), which SQLite-only
     # projects may not have.
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
@@ -44,29 +75,30 @@ def _psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
-def enable(connection: BaseDatabaseWrapper) -> None:
-    """Let ``connection`` prepare statements, when this thread owns it.
-
-    Django opens psycopg connections with preparation off
-    (``prepare_threshold=None``), which ``prepare=True`` cannot override.
-    Call once per new connection; the connection is the worker's own, so no
-    other code sees the change.
-    """
-    if owns(connection):
-        connection.connection.prepare_threshold = PREPARE_THRESHOLD
-
-
 def run(
     connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, Any]
 ) -> list[tuple[Any, ...]]:
     """Execute one statement prepared on ``connection``; its rows (none: ``[]``).
 
-    Errors are Django's, as from ``connection.cursor()``, so the caller's
-    handling of a lost connection applies unchanged.
+    The statement goes through Django's cursor wrapper (execute wrappers,
+    Django's exceptions) around a server-side binding cursor.
     """
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        raw = _preparing_cursor()(connection.connection)
+    with connection.make_cursor(raw) as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+@functools.cache
+def _preparing_cursor() -> type[Any]:
+    """psycopg's server-side binding cursor, preparing every statement it runs."""
     import psycopg
 
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(statement, params, prepare=True)
-        return cursor.fetchall() if cursor.description else []
+    class PreparingCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+            return super().execute(query, params, prepare=True)
+
+    return PreparingCursor

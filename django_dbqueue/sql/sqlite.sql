@@ -8,7 +8,7 @@
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job is skipped, never an error, so the caller's transaction stays
 -- usable. strftime() rounds to the millisecond, so a job due now takes %(now)s as it is
--- (rounded up, it would not be due yet). (%(channel)s is unused: SQLite has no NOTIFY.)
+-- (rounded up, it would not be due yet). (%(channel)s and %(notify)s are unused: SQLite has no NOTIFY.)
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,

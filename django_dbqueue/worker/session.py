@@ -52,7 +52,7 @@ def worker_session() -> Iterator[None]:
 def set_up(connection: BaseDatabaseWrapper) -> None:
     """Apply the worker's settings to a new ``connection``: preparation, the vendor's set-up."""
     prepared.enable(connection)
-    if "worker_session" in sql.statements(connection.vendor):
+    if sql.defines(connection, "worker_session"):
         sql.run(connection, "worker_session", {"synchronous_commit": _thread.synchronous_commit})
 
 

@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from psycopg import sql as pg_sql
 
-from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task
+from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task, wakeups
 from django_dbqueue import conf as dbqueue_conf
 from django_dbqueue.signals import jobs_committed
 from tests.enqueue_tasks import echo
@@ -199,6 +199,47 @@ class TestWakeUpsAfterCommit:
         delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
         assert [(n.channel, n.payload) for n in delivered] == [("dbqueue", "mail")]
         assert payloads(listener, QUIET) == []
+
+    def test_one_wake_up_per_queue_and_transaction_carries_every_job(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        with transaction.atomic():
+            first, second = send_invoice.enqueue(1), send_invoice.enqueue(2)
+            other = noop.enqueue()
+        assert committed_signals == [
+            {"sender": Job, "queue": "mail", "job_ids": [first.pk, second.pk]},
+            {"sender": Job, "queue": "default", "job_ids": [other.pk]},
+        ]
+
+    def test_jobs_of_a_rolled_back_savepoint_are_not_announced(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        with transaction.atomic():
+            kept = send_invoice.enqueue(1)
+            with rolled_back():
+                send_invoice.enqueue(2)
+            later = send_invoice.enqueue(3)
+        assert committed_signals == [
+            {"sender": Job, "queue": "mail", "job_ids": [kept.pk, later.pk]}
+        ]
+
+    def test_only_the_first_enqueue_on_a_queue_in_a_transaction_sends_the_notify(self) -> None:
+        assert wakeups.needs_notify(connection, "mail")  # autocommit: every enqueue commits
+        with transaction.atomic():
+            assert wakeups.needs_notify(connection, "mail")
+            send_invoice.enqueue(1)
+            assert not wakeups.needs_notify(connection, "mail")
+            assert wakeups.needs_notify(connection, "default")
+            with rolled_back():
+                # A savepoint notifies on its own: its rollback would discard the NOTIFY.
+                assert wakeups.needs_notify(connection, "mail")
+                send_invoice.enqueue(2)
+                assert not wakeups.needs_notify(connection, "mail")
+            assert not wakeups.needs_notify(connection, "mail")
+        with rolled_back():
+            send_invoice.enqueue(3)
+        with transaction.atomic():
+            assert wakeups.needs_notify(connection, "mail")  # the rollback took the last one
 
     @pytest.mark.postgresql
     def test_notify_is_not_delivered_on_rollback(self, listener: psycopg.Connection[Any]) -> None:
@@ -806,3 +847,49 @@ class TestInvalidJob:
         assert "tests.enqueue_tasks.echo" in message
         assert "argument 0" in message
         assert "such as an id instead of an object" in message
+
+
+# --- Prepared statements where the project allows them ------------------------------------
+
+
+@contextmanager
+def preparation_allowed() -> Iterator[None]:
+    """This connection with ``OPTIONS["prepare_threshold"]`` as a project would set it."""
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.prepare_threshold = 5
+    try:
+        yield
+    finally:
+        raw.prepare_threshold = None
+
+
+def prepared_inserts() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall() if "INSERT INTO dbqueue_job" in row[0]]
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+class TestPreparedEnqueue:
+    def test_django_default_connection_prepares_nothing(self) -> None:
+        noop.enqueue()
+        noop.enqueue_many([((), {})] * 2)
+        assert prepared_inserts() == []
+
+    def test_a_connection_that_allows_preparation_prepares_the_inserts(self) -> None:
+        with preparation_allowed():
+            first = noop.enqueue()
+            second = noop.enqueue()
+            jobs = noop.enqueue_many([((), {})] * 2)
+            assert len(prepared_inserts()) == 2  # the single-job and the many-job insert
+        assert job_ids_in_db() == sorted([first.pk, second.pk, *(job.pk for job in jobs)])
+        assert_matches_row(second)
+
+    def test_logged_queries_run_through_djangos_cursor_with_their_sql(self) -> None:
+        with preparation_allowed(), CaptureQueriesContext(connection) as context:
+            noop.enqueue()
+            assert prepared_inserts() == []
+        (insert,) = job_inserts(context)
+        assert "'tests.tasks.noop'" in insert

@@ -1,0 +1,62 @@
+"""Waking workers for enqueued jobs: once per queue and transaction, however many jobs.
+
+The first job a transaction enqueues on a queue carries that queue's NOTIFY
+(PostgreSQL delivers it at commit); later jobs on the queue only add their
+ids, and once the transaction commits one ``jobs_committed`` per queue is
+sent with all of them. Outside a transaction every enqueue is its own commit:
+it notifies and is announced at once.
+
+A transaction's pending wake-ups are its ``on_commit`` callback, looked up on
+the connection at the current savepoint level. A rollback of the transaction,
+or of the savepoint that registered the callback, discards the callback and
+the NOTIFY with it, so the next enqueue notifies again; an enqueue inside a
+savepoint gets a callback of its own, so rolled-back ids are never announced.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_dbqueue import signals
+from django_dbqueue.models import Job
+
+
+class PendingWakeUps:
+    """Job ids by queue, enqueued at one savepoint level; called at commit to announce them."""
+
+    def __init__(self) -> None:
+        self.job_ids: dict[str, list[int]] = {}
+
+    def __call__(self) -> None:
+        for queue, job_ids in self.job_ids.items():
+            signals.jobs_committed.send(sender=Job, queue=queue, job_ids=job_ids)
+
+
+def needs_notify(connection: BaseDatabaseWrapper, queue: str) -> bool:
+    """Whether an enqueue on ``queue`` must send the NOTIFY: none is pending for it yet."""
+    pending = _pending(connection)
+    return pending is None or queue not in pending.job_ids
+
+
+def announce(connection: BaseDatabaseWrapper, queue: str, job_ids: list[int]) -> None:
+    """Send ``jobs_committed`` for ``job_ids`` at commit (at once outside a transaction)."""
+    pending = _pending(connection)
+    if pending is None:
+        pending = PendingWakeUps()
+        pending.job_ids[queue] = list(job_ids)
+        transaction.on_commit(pending, using=connection.alias)
+    else:
+        pending.job_ids.setdefault(queue, []).extend(job_ids)
+
+
+def _pending(connection: BaseDatabaseWrapper) -> PendingWakeUps | None:
+    if not connection.in_atomic_block:
+        return None
+    # Django keeps each on_commit callback with the savepoints open when it was registered.
+    level = set(connection.savepoint_ids)
+    for entry in reversed(connection.run_on_commit):
+        savepoints, callback = entry[0], entry[1]
+        if isinstance(callback, PendingWakeUps) and savepoints == level:
+            return callback
+    return None
