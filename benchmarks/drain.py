@@ -21,7 +21,7 @@ from benchmarks.results import Result
 from benchmarks.session import Session
 from benchmarks.timing import timed
 
-RAW_BATCHES = (1, 50)
+RAW_BATCHES = (1, 8, 50)
 
 
 @dataclass(frozen=True)
@@ -33,31 +33,49 @@ class Drain:
     concurrency: int
     raw: str = "raw_claim_complete_b50"
     conn_max_age: str = "0"
+    #: ``WORKER_SYNCHRONOUS_COMMIT``: False commits the workers' transitions asynchronously.
+    synchronous_commit: bool = True
     #: Run ``sizes.rounds`` times (interleaved with the other repeated ones), keep the best.
     repeated: bool = False
 
     @property
     def label(self) -> str:
         setting = "" if self.conn_max_age == "0" else f", CONN_MAX_AGE={self.conn_max_age}"
+        if not self.synchronous_commit:
+            setting += ", WORKER_SYNCHRONOUS_COMMIT=False"
         processes = f"{self.processes} process{'es' if self.processes > 1 else ''}"
         threads = f"{self.concurrency} thread{'s' if self.concurrency > 1 else ''}"
         return f"drain: {processes} x {threads}{setting}"
+
+    @property
+    def settings(self) -> dict[str, object]:
+        """The ``DBQUEUE`` entries this drain sets for its workers."""
+        return {} if self.synchronous_commit else {"WORKER_SYNCHRONOUS_COMMIT": False}
 
 
 #: The 1x8 drains with and without persistent connections alternate, best of several
 #: rounds each, so a 5 % difference between them is not just other work on the machine.
 DRAINS = (
     Drain("drain_1x1", 1, 1, raw="raw_claim_complete_b1"),
-    Drain("drain_1x8", 1, 8, repeated=True),
-    Drain("drain_1x8_persistent", 1, 8, conn_max_age="None", repeated=True),
-    Drain("drain_1x32", 1, 32),
-    Drain("drain_2x8", 2, 8),
+    Drain("drain_1x8", 1, 8, raw="raw_claim_complete_b8", repeated=True),
+    Drain(
+        "drain_1x8_persistent",
+        1,
+        8,
+        raw="raw_claim_complete_b8",
+        conn_max_age="None",
+        repeated=True,
+    ),
+    Drain("drain_1x32", 1, 32, repeated=True),
+    Drain("drain_2x8", 2, 8, raw="raw_claim_complete_b8"),
+    Drain("drain_2x32", 2, 32, repeated=True),
+    Drain("drain_1x32_async_commit", 1, 32, synchronous_commit=False, repeated=True),
 )
 
 
 def measure(session: Session, drain: Drain, ids: Ids, deadline: float) -> Result:
     """Run ``drain``'s workers with ``--burst`` over the seeded ``ids``; their rate."""
-    env = workers.environment(session.url, drain.conn_max_age)
+    env = workers.environment(session.url, drain.conn_max_age, drain.settings)
     args = ["--burst", "--concurrency", str(drain.concurrency)]
     started = time.monotonic()
     with workers.started(drain.processes, args, env, session.logs / drain.key) as running:
@@ -87,7 +105,11 @@ def seeded(session: Session, count: int) -> Ids:
 
 
 def run_raw(session: Session) -> None:
-    """(e) The claim/complete ceiling at batch 1 and 50, and at 50 with the server's JIT."""
+    """(e) The claim/complete ceiling at batch 1, 8 and 50, and at 50 with the server's JIT.
+
+    A drain's ceiling is the batch its claims can reach: one job at concurrency
+    1, eight at concurrency 8, and batch 50 for concurrency 32.
+    """
     count = session.sizes.raw_jobs
     runs = [(f"raw_claim_complete_b{batch}", batch, False) for batch in RAW_BATCHES]
     runs.append(("raw_claim_complete_b50_server_jit", 50, True))

@@ -52,21 +52,27 @@ def enqueue_many(count: int) -> None:
 
 
 @contextmanager
-def conn_max_age(seconds: int | None) -> Iterator[None]:
-    """Reconnect Django's default connection with ``CONN_MAX_AGE`` set to ``seconds``; restore.
+def django_connection(
+    conn_max_age: int | None, prepare_threshold: int | None = None
+) -> Iterator[None]:
+    """Reconnect Django's default connection with these settings; restore them after.
 
     Django only closes connections at request boundaries, so outside a request
-    this shows whether enqueue itself opens or closes connections.
+    ``CONN_MAX_AGE`` shows whether enqueue itself opens or closes connections.
+    ``prepare_threshold`` is the ``OPTIONS`` entry a project sets to allow
+    prepared statements (Django's default, ``None``, allows none).
     """
     connection = connections["default"]
-    before = connection.settings_dict["CONN_MAX_AGE"]
+    settings = connection.settings_dict
+    before = settings["CONN_MAX_AGE"], settings["OPTIONS"].get("prepare_threshold")
     connection.close()
-    connection.settings_dict["CONN_MAX_AGE"] = seconds
+    settings["CONN_MAX_AGE"] = conn_max_age
+    settings["OPTIONS"]["prepare_threshold"] = prepare_threshold
     try:
         yield
     finally:
         connection.close()
-        connection.settings_dict["CONN_MAX_AGE"] = before
+        settings["CONN_MAX_AGE"], settings["OPTIONS"]["prepare_threshold"] = before
 
 
 def measure(session: Session, count: int, action: Callable[[int], object]) -> float:
@@ -129,6 +135,10 @@ PAIRS = (
 
 
 PERSISTENT = "enqueue_autocommit_persistent"
+#: The suffix of the figures taken with prepared statements allowed on the connection.
+PREPARED = "_prepared"
+#: psycopg's default threshold, as a project would set it in ``OPTIONS``.
+PREPARE_THRESHOLD = 5
 
 
 def run(session: Session) -> None:
@@ -138,25 +148,32 @@ def run(session: Session) -> None:
     round (the one least disturbed by other work on the machine), all rounds
     kept in the details. Every round starts on fresh Django connections, with
     Django's default ``CONN_MAX_AGE=0`` and then with ``None``, so the two
-    are compared alike.
+    are compared alike; the package's figures are taken again with prepared
+    statements allowed (``OPTIONS["prepare_threshold"]``).
     """
     one, bulk = session.sizes.enqueue_one, session.sizes.enqueue_bulk
     rounds: dict[str, list[float]] = defaultdict(list)
     with raw.connect(session.url) as conn:
         for _ in range(session.sizes.rounds):
-            with conn_max_age(0):
+            with django_connection(0):
                 for pair in PAIRS:
                     count = bulk if pair.bulk else one
                     raw_action = functools.partial(pair.raw_action, conn)
                     rounds[pair.raw_key].append(measure(session, count, raw_action))
                     rounds[pair.key].append(measure(session, count, pair.action))
-            with conn_max_age(None):
+            with django_connection(0, PREPARE_THRESHOLD):
+                for pair in PAIRS:
+                    count = bulk if pair.bulk else one
+                    rounds[pair.key + PREPARED].append(measure(session, count, pair.action))
+            with django_connection(None):
                 rounds[PERSISTENT].append(measure(session, one, one_per_transaction))
     add = session.results.add
     for pair in PAIRS:
         count = bulk if pair.bulk else one
         add(best(pair.raw_key, pair.raw_label, rounds[pair.raw_key], None, count))
         add(best(pair.key, pair.label, rounds[pair.key], pair.raw_key, count))
+        label = f"{pair.label}, prepared (OPTIONS prepare_threshold)"
+        add(best(pair.key + PREPARED, label, rounds[pair.key + PREPARED], pair.raw_key, count))
     label = "enqueue(), autocommit, CONN_MAX_AGE=None"
     add(best(PERSISTENT, label, rounds[PERSISTENT], "raw_insert_notify", one))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/dbqueue_bench"
 DATABASE_URL_ENV = "DBQUEUE_BENCH_DATABASE_URL"
 CONN_MAX_AGE_ENV = "DBQUEUE_BENCH_CONN_MAX_AGE"
+#: ``DBQUEUE`` of the workers a benchmark starts, as JSON (default: none set).
+DBQUEUE_ENV = "DBQUEUE_BENCH_DBQUEUE"
 
 
 def conn_max_age(text: str) -> int | None:

@@ -3,18 +3,27 @@
 The database comes from ``DBQUEUE_BENCH_DATABASE_URL`` (``python -m benchmarks``
 sets it from ``--database-url``) and ``CONN_MAX_AGE`` from
 ``DBQUEUE_BENCH_CONN_MAX_AGE`` (``0``, Django's default, unless a benchmark
-compares it with ``none``: persistent connections). Worker subprocesses inherit
-both. No ``LOGGING``: ``runworkers`` logs one line per job at INFO on stderr,
-as it does in a project that configures nothing.
+compares it with ``none``: persistent connections), and ``DBQUEUE`` from
+``DBQUEUE_BENCH_DBQUEUE`` (JSON; empty unless a drain sets a worker setting).
+Worker subprocesses inherit all three. No ``LOGGING``: ``runworkers`` logs at
+INFO on stderr (successes at DEBUG under load), as in a project that
+configures nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import environ
 
-from benchmarks.env import CONN_MAX_AGE_ENV, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, conn_max_age
+from benchmarks.env import (
+    CONN_MAX_AGE_ENV,
+    DATABASE_URL_ENV,
+    DBQUEUE_ENV,
+    DEFAULT_DATABASE_URL,
+    conn_max_age,
+)
 
 SECRET_KEY = "benchmarks-only"
 USE_TZ = True
@@ -32,4 +41,4 @@ INSTALLED_APPS = [
     "tests.testapp",
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-DBQUEUE: dict[str, object] = {}
+DBQUEUE: dict[str, object] = json.loads(os.environ.get(DBQUEUE_ENV, "{}"))

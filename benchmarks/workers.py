@@ -7,6 +7,7 @@ end of that log. Whatever still runs when a ``started`` block ends is killed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.env import CONN_MAX_AGE_ENV, DATABASE_URL_ENV
+from benchmarks.env import CONN_MAX_AGE_ENV, DATABASE_URL_ENV, DBQUEUE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,14 +79,17 @@ class WorkerProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def environment(url: str, conn_max_age: str) -> dict[str, str]:
-    """A worker's environment: the benchmark settings, database and ``CONN_MAX_AGE``."""
+def environment(
+    url: str, conn_max_age: str, dbqueue: dict[str, object] | None = None
+) -> dict[str, str]:
+    """A worker's environment: the benchmark settings, database, ``CONN_MAX_AGE``, ``DBQUEUE``."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "benchmarks.settings",
         DATABASE_URL_ENV: url,
         CONN_MAX_AGE_ENV: conn_max_age,
+        DBQUEUE_ENV: json.dumps(dbqueue or {}),
         "PYTHONPATH": path,
     }
 

@@ -110,10 +110,7 @@ def insert(
         # Ids grow in input order; RETURNING order is not promised everywhere.
         inserted = sorted(sql.run(connection, statement, params))
         if inserted:
-            jobs = [
-                built_job(connection.alias, spec, call, row)
-                for call, row in zip(calls, inserted, strict=True)
-            ]
+            jobs = built_jobs(connection.alias, spec, calls, inserted)
             wakeups.announce(connection, spec.queue, [job.pk for job in jobs])
             return jobs
         existing = (
@@ -261,18 +258,19 @@ def is_json(value: object) -> bool:
     return True
 
 
-def built_job(alias: str, spec: JobSpec, call: Call, row: tuple[Any, ...]) -> Job:
-    """The ``Job`` instance for an inserted row, without reading it back."""
-    args, kwargs = call
-    values = {
+def built_jobs(
+    alias: str, spec: JobSpec, calls: list[Call], rows: list[tuple[Any, ...]]
+) -> list[Job]:
+    """The ``Job`` instances of inserted rows (``id, created_at, run_at``), without reading them.
+
+    Each is built with ``Model.from_db``, as a query would build it: every
+    column given, in order. The columns the calls share are laid out once.
+    """
+    columns = [field.attname for field in Job._meta.concrete_fields]
+    shared = {
         **FRESH_COLUMNS,
-        "id": row[0],
-        "created_at": sql.to_datetime(row[1]),
-        "run_at": sql.to_datetime(row[2]),
         "queue": spec.queue,
         "task": spec.task,
-        "args": list(args),
-        "kwargs": dict(kwargs),
         "priority": spec.priority,
         "max_attempts": spec.max_attempts,
         "lease_seconds": spec.lease_seconds,
@@ -281,12 +279,24 @@ def built_job(alias: str, spec: JobSpec, call: Call, row: tuple[Any, ...]) -> Jo
         "subject_type_id": spec.subject_type_id,
         "subject_id": spec.subject_id,
         "backend": spec.backend,
-        "errors": [],
     }
-    # from_db() builds the instance as a query would: every column given, in order.
-    columns = [field.attname for field in Job._meta.concrete_fields]
-    job: Job = Job.from_db(alias, columns, [values[column] for column in columns])
-    return job
+    template = [shared.get(column) for column in columns]
+    position = {column: index for index, column in enumerate(columns)}
+    # Rows of one statement share their timestamps: convert each distinct one once.
+    timestamps: dict[object, datetime] = {}
+    jobs = []
+    for (args, kwargs), (job_id, created_at, run_at, *_) in zip(calls, rows, strict=True):
+        values = list(template)
+        values[position["id"]] = job_id
+        values[position["args"]] = list(args)
+        values[position["kwargs"]] = dict(kwargs)
+        values[position["errors"]] = []
+        for column, value in (("created_at", created_at), ("run_at", run_at)):
+            if value not in timestamps:
+                timestamps[value] = sql.to_datetime(value)
+            values[position[column]] = timestamps[value]
+        jobs.append(Job.from_db(alias, columns, values))
+    return jobs
 
 
 def on_save(
