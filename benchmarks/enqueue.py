@@ -146,27 +146,27 @@ def run(session: Session) -> None:
 
     The whole sequence runs ``sizes.rounds`` times; each figure is its best
     round (the one least disturbed by other work on the machine), all rounds
-    kept in the details. Every round starts on fresh Django connections, with
-    Django's default ``CONN_MAX_AGE=0`` and then with ``None``, so the two
-    are compared alike; the package's figures are taken again with prepared
-    statements allowed (``OPTIONS["prepare_threshold"]``).
+    kept in the details. Each figure starts on a fresh Django connection with
+    Django's default ``CONN_MAX_AGE=0``; the autocommit one is taken again at
+    once with ``None``, so the two are compared alike, and every package
+    figure once more with prepared statements allowed
+    (``OPTIONS["prepare_threshold"]``).
     """
     one, bulk = session.sizes.enqueue_one, session.sizes.enqueue_bulk
     rounds: dict[str, list[float]] = defaultdict(list)
     with raw.connect(session.url) as conn:
         for _ in range(session.sizes.rounds):
-            with django_connection(0):
-                for pair in PAIRS:
-                    count = bulk if pair.bulk else one
-                    raw_action = functools.partial(pair.raw_action, conn)
-                    rounds[pair.raw_key].append(measure(session, count, raw_action))
+            for pair in PAIRS:
+                count = bulk if pair.bulk else one
+                raw_action = functools.partial(pair.raw_action, conn)
+                rounds[pair.raw_key].append(measure(session, count, raw_action))
+                with django_connection(0):
                     rounds[pair.key].append(measure(session, count, pair.action))
-            with django_connection(0, PREPARE_THRESHOLD):
-                for pair in PAIRS:
-                    count = bulk if pair.bulk else one
+                if pair.key == "enqueue_autocommit":  # right after it, so alike
+                    with django_connection(None):
+                        rounds[PERSISTENT].append(measure(session, one, pair.action))
+                with django_connection(0, PREPARE_THRESHOLD):
                     rounds[pair.key + PREPARED].append(measure(session, count, pair.action))
-            with django_connection(None):
-                rounds[PERSISTENT].append(measure(session, one, one_per_transaction))
     add = session.results.add
     for pair in PAIRS:
         count = bulk if pair.bulk else one

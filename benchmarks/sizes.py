@@ -15,7 +15,7 @@ class Sizes:
     """
 
     #: Rounds of the enqueue benchmarks; each figure is its best round.
-    rounds: int = 3
+    rounds: int = 5
     enqueue_one: int = 2_000
     enqueue_bulk: int = 10_000
     raw_jobs: int = 20_000

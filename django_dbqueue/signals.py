@@ -5,12 +5,14 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 #: Sent once a transaction that enqueued jobs has committed (at once outside a
-#: transaction), with ``queue`` and ``job_ids``. Workers in the same process
-#: use it to wake up without polling; on PostgreSQL other processes hear a
-#: NOTIFY at the same moment.
+#: transaction), once per queue, with ``queue`` and ``job_ids`` (every job the
+#: transaction enqueued on that queue). Workers in the same process use it to
+#: wake up without polling; on PostgreSQL other processes hear a NOTIFY at the
+#: same moment.
 jobs_committed = Signal()
 
-#: Sent by the worker once the outcome of an attempt is written to the job,
+#: Sent by the worker once the outcome of an attempt is written to the job (a
+#: success from the worker's announcer thread, other outcomes from the job's),
 #: with ``lease`` (the attempt's ``Lease``) and ``outcome`` (``"succeeded"``,
 #: ``"retried"`` or ``"dead"``). Not sent when the write was refused (lease
 #: lost) or never happened (database unreachable). A receiver that raises is

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -18,11 +19,21 @@ from django_dbqueue.worker.execute import Outcome, announce
 
 
 class Announcer(threading.Thread):
-    """Announces queued outcomes until ``close()`` and the queue is empty."""
+    """Announces queued outcomes until ``close()`` and the queue is empty.
 
-    def __init__(self) -> None:
+    ``announced`` is called after each one (the worker's wake-up: a backlog
+    here holds claims back).
+    """
+
+    def __init__(self, announced: Callable[[], None]) -> None:
         super().__init__(name="dbqueue-announcer", daemon=True)
+        self.announced = announced
         self._inbox: queue.SimpleQueue[tuple[Lease, Outcome, float] | None] = queue.SimpleQueue()
+
+    @property
+    def backlog(self) -> int:
+        """Outcomes queued and not announced yet."""
+        return self._inbox.qsize()
 
     def put(self, lease: Lease, outcome: Outcome, duration: float) -> None:
         self._inbox.put((lease, outcome, duration))
@@ -37,5 +48,6 @@ class Announcer(threading.Thread):
             while (item := self._inbox.get()) is not None:
                 lease, outcome, duration = item
                 announce(lease, outcome, "", duration)
+                self.announced()
         finally:
             connections.close_all()

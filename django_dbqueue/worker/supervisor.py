@@ -94,7 +94,7 @@ class Worker:
         self.pool = JobPool(options.concurrency, self._run_job)
         self.heartbeat = Heartbeat(self.live, self.stats, self._threads_stop)
         self.completer = Completer(self._threads_stop, self._success_written)
-        self.announcer = Announcer()
+        self.announcer = Announcer(self.wake.set)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
@@ -164,14 +164,16 @@ class Worker:
         """Free slots to claim for now: none while most slots are busy, so claims come in batches.
 
         A slot is free once its job's task returned, even while the completer
-        still writes its success; only a completer more than ``concurrency``
-        successes behind holds slots back, so at most twice ``concurrency``
-        jobs are the worker's at once. With jobs running, the claimer waits
-        until a quarter of the slots are free (a finished job wakes it), so a
-        busy worker makes one claim per several jobs instead of one per job.
+        still writes its success; only a completer and announcer together more
+        than ``concurrency`` successes behind hold slots back, so at most twice
+        ``concurrency`` jobs are the worker's at once. With jobs running, the
+        claimer waits until a quarter of the slots are free (a finished job
+        wakes it), so a busy worker makes one claim per several jobs instead
+        of one per job.
         """
         concurrency = self.options.concurrency
-        free = self.pool.free - max(0, self.completer.backlog - concurrency)
+        behind = self.completer.backlog + self.announcer.backlog
+        free = self.pool.free - max(0, behind - concurrency)
         if self.pool.busy and free < max(1, concurrency // 4):
             free = 0
         if self.options.max_jobs is not None:
