@@ -15,7 +15,10 @@ savepoint gets a callback of its own, so rolled-back ids are never announced.
 
 from __future__ import annotations
 
-from django.db import transaction
+import threading
+from weakref import WeakKeyDictionary
+
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dbqueue import signals
@@ -46,17 +49,41 @@ def announce(connection: BaseDatabaseWrapper, queue: str, job_ids: list[int]) ->
         pending = PendingWakeUps()
         pending.job_ids[queue] = list(job_ids)
         transaction.on_commit(pending, using=connection.alias)
+        if connection.in_atomic_block:
+            _remember(connection, len(connection.run_on_commit) - 1, pending)
     else:
         pending.job_ids.setdefault(queue, []).extend(job_ids)
+
+
+#: Where each connection's latest wake-ups sit in its on_commit list, so finding
+#: them again costs one look, not a scan past every callback registered since.
+_positions: WeakKeyDictionary[BaseDatabaseWrapper, tuple[int, PendingWakeUps]] = WeakKeyDictionary()
+_positions_lock = threading.Lock()
+
+
+def _remember(connection: BaseDatabaseWrapper, index: int, pending: PendingWakeUps) -> None:
+    with _positions_lock:
+        _positions[connections[connection.alias]] = (index, pending)
 
 
 def _pending(connection: BaseDatabaseWrapper) -> PendingWakeUps | None:
     if not connection.in_atomic_block:
         return None
-    # Django keeps each on_commit callback with the savepoints open when it was registered.
+    # Django keeps each on_commit callback with the savepoints open when it was registered,
+    # and drops it when the transaction or one of those savepoints rolls back.
     level = set(connection.savepoint_ids)
-    for entry in reversed(connection.run_on_commit):
-        savepoints, callback = entry[0], entry[1]
+    callbacks = connection.run_on_commit
+    with _positions_lock:
+        # The wrapper itself, also when given django.db.connection (a proxy to it).
+        remembered = _positions.get(connections[connection.alias])
+    if remembered is not None:
+        index, pending = remembered
+        entry = callbacks[index] if index < len(callbacks) else None
+        if entry is not None and entry[1] is pending and entry[0] == level:
+            return pending
+    for index in range(len(callbacks) - 1, -1, -1):
+        savepoints, callback = callbacks[index][0], callbacks[index][1]
         if isinstance(callback, PendingWakeUps) and savepoints == level:
+            _remember(connection, index, callback)
             return callback
     return None

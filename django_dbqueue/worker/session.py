@@ -32,10 +32,15 @@ def worker_session() -> Iterator[None]:
     """Within the block, this thread's queue connection is the worker's own.
 
     It is set up now if already open, and whenever it reconnects; at the end
-    it is closed, so its session settings never reach other code.
+    it is closed, so its session settings never reach other code. A
+    connection inside a transaction (``atomic``) is left exactly as it is.
     """
     cfg = conf.get()
     connection = connections[cfg.database]
+    if connection.in_atomic_block:
+        # The caller's own transaction (a worker run inside a test case): leave it be.
+        yield
+        return
     _thread.alias = cfg.database
     _thread.synchronous_commit = None if cfg.worker_synchronous_commit else "off"
     prepared.own(cfg.database if cfg.prepared_statements else None)

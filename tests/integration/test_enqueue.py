@@ -211,6 +211,20 @@ class TestWakeUpsAfterCommit:
             {"sender": Job, "queue": "default", "job_ids": [other.pk]},
         ]
 
+    def test_wake_ups_stay_one_per_queue_among_other_on_commit_callbacks(
+        self, committed_signals: list[dict[str, Any]]
+    ) -> None:
+        ran: list[int] = []
+        with transaction.atomic():
+            jobs = []
+            for n in range(3):
+                jobs.append(send_invoice.enqueue(n))
+                transaction.on_commit(lambda n=n: ran.append(n))
+        assert ran == [0, 1, 2]
+        assert committed_signals == [
+            {"sender": Job, "queue": "mail", "job_ids": [job.pk for job in jobs]}
+        ]
+
     def test_jobs_of_a_rolled_back_savepoint_are_not_announced(
         self, committed_signals: list[dict[str, Any]]
     ) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from django_dbqueue import leases
@@ -114,3 +114,11 @@ def test_the_session_closes_its_connection_so_its_settings_end_with_it() -> None
         return connection.connection is None
 
     assert in_thread(open_then_leave)
+
+
+def test_a_connection_inside_a_transaction_is_left_as_it_is() -> None:
+    with transaction.atomic():
+        with worker_session():
+            assert setting("jit") == "on"
+        assert connection.connection is not None  # not closed under the transaction
+        assert setting("jit") == "on"
