@@ -1,7 +1,10 @@
 -- Named statements of the lease protocol for PostgreSQL.
 -- Every deadline is measured by the database clock (clock_timestamp()) after the row
 -- lock is held, so worker clocks never decide who owns a job. Structured parameters
--- arrive as JSON text.
+-- arrive as JSON text. Batches reach their job rows by `id = ANY (ARRAY(...))`: a
+-- primary-key index scan whatever the planner guesses of the batch's size (a prepared
+-- statement's generic plan knows nothing of it), and the ARRAY subquery runs first, so a
+-- batch's row locks are held before any of its rows is checked against the clock.
 
 -- name: worker_session
 -- Set up a connection the worker owns (claims, completions, renewals, reaping): no JIT,
@@ -116,8 +119,7 @@ SET state = 'running',
     last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
     started_at = clock_timestamp()
-FROM chosen
-WHERE j.id = chosen.id
+WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
 
@@ -131,12 +133,13 @@ WITH lease AS (
         AS l(job_id bigint, lease_token bigint, worker_id text)
 ),
 locked AS (
-    SELECT j.id FROM dbqueue_job j JOIN lease l ON l.job_id = j.id ORDER BY j.id FOR UPDATE OF j
+    SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
+    ORDER BY id FOR UPDATE
 )
 UPDATE dbqueue_job j
 SET lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
-FROM lease l, locked
-WHERE j.id = l.job_id AND locked.id = j.id
+FROM lease l
+WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = l.job_id
   AND j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
@@ -151,13 +154,14 @@ WITH done AS (
         AS d(job_id bigint, lease_token bigint, worker_id text, result text)
 ),
 locked AS (
-    SELECT j.id FROM dbqueue_job j JOIN done d ON d.job_id = j.id ORDER BY j.id FOR UPDATE OF j
+    SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
+    ORDER BY id FOR UPDATE
 )
 UPDATE dbqueue_job j
 SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
     finished_at = clock_timestamp()
-FROM done d, locked
-WHERE j.id = d.job_id AND locked.id = j.id
+FROM done d
+WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = d.job_id
   AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
