@@ -144,7 +144,7 @@ def run_backlog(session: Session) -> None:
     database.seed(session.harness, sizes.backlog_finished, succeeded=True)
     ids = database.seed(session.harness, sizes.backlog_ready)
     database.vacuum(session.harness)
-    drain = Drain("drain_backlog", 1, 8)
+    drain = Drain("drain_backlog", 1, 8, raw="raw_claim_complete_b8")
     result = measure(session, drain, ids, sizes.long_drain_deadline)
     label = f"{drain.label}, {sizes.backlog_finished:,} finished rows"
     session.results.add(dataclasses.replace(result, label=label))

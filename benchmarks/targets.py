@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +18,9 @@ class Target:
     against: tuple[str, ...] = ()
     at_least: float | None = None
     at_most: float | None = None
+    #: Compare with the median of the reference's rounds, not its best: for a
+    #: figure measured once, against one that kept the best of several rounds.
+    typical: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,13 @@ TARGETS = (
     Target("drain_2x8", "above 1 process x 8", ("drain_1x8",), at_least=1.0),
     Target("drain_2x32", "above 1 process x 32", ("drain_1x32",), at_least=1.0),
     Target("drain_1x8", "≥ 95% of CONN_MAX_AGE=None", ("drain_1x8_persistent",), at_least=0.95),
-    Target("drain_backlog", "≥ 80% of empty table", ("drain_1x8",), at_least=0.80),
+    Target(
+        "drain_backlog",
+        "≥ 80% of empty table (median round)",
+        ("drain_1x8",),
+        at_least=0.80,
+        typical=True,
+    ),
     Target("pickup_p50", "≤ 1.5 ms", at_most=1.5),
     Target("pickup_p95", "≤ 5 ms", at_most=5.0),
     Target("enqueue_autocommit", "≥ 70% of raw", ("raw_insert_notify",), at_least=0.70),
@@ -59,13 +69,23 @@ TARGETS = (
 )
 
 
+def figure(result: Result, typical: bool) -> float:
+    """The result's figure, or with ``typical`` the median of its rounds (when it has some)."""
+    rounds = result.details.get("rounds")
+    if typical and isinstance(rounds, list) and rounds:
+        return float(statistics.median(rounds))
+    return result.value
+
+
 def judge(results: Mapping[str, Result]) -> list[Verdict]:
     """Every target whose figures were measured, judged."""
     verdicts = []
     for target in TARGETS:
         if target.result not in results or not all(key in results for key in target.against):
             continue
-        reference = max((results[key].value for key in target.against), default=1.0)
+        reference = max(
+            (figure(results[key], target.typical) for key in target.against), default=1.0
+        )
         ratio = results[target.result].value / reference
         met = (target.at_least is None or ratio >= target.at_least) and (
             target.at_most is None or ratio <= target.at_most
