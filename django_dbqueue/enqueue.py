@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from django.db import connections, models
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, sql, wakeups
+from django_dbqueue import conf, jsontext, sql, wakeups
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import (
@@ -239,7 +238,7 @@ def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
 
 def encode_call(where: str, args: list[Any], kwargs: dict[str, Any]) -> str:
     try:
-        return json.dumps({"args": args, "kwargs": kwargs}, allow_nan=False)
+        return jsontext.dumps({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as exc:
         named = [(f"argument {i}", value) for i, value in enumerate(args)]
         named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
@@ -252,7 +251,7 @@ def encode_call(where: str, args: list[Any], kwargs: dict[str, Any]) -> str:
 
 def is_json(value: object) -> bool:
     try:
-        json.dumps(value, allow_nan=False)
+        jsontext.dumps(value)
     except (TypeError, ValueError):
         return False
     return True

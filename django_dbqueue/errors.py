@@ -50,11 +50,14 @@ class ErrorInfo:
         )
 
     def bounded(self) -> ErrorInfo:
-        """The same error cut to the stored sizes (tracebacks keep their end)."""
+        """The same error as stored: cut to size (tracebacks keep their end), NULs shown.
+
+        A NUL character, which no database text column takes, becomes ``\x00``.
+        """
         return ErrorInfo(
-            code=self.code[:CODE_LIMIT],
-            message=self.message[:MESSAGE_LIMIT],
-            traceback=self.traceback[-LAST_ERROR_LIMIT:],
+            code=storable(self.code)[:CODE_LIMIT],
+            message=storable(self.message)[:MESSAGE_LIMIT],
+            traceback=storable(self.traceback)[-LAST_ERROR_LIMIT:],
             exception=self.exception,
         )
 
@@ -62,6 +65,11 @@ class ErrorInfo:
     def last_error(self) -> str:
         """What ``Job.last_error`` stores: the traceback's end, else the message."""
         return (self.traceback or self.message)[-LAST_ERROR_LIMIT:]
+
+
+def storable(text: str) -> str:
+    """``text`` with each NUL character written out as ``\x00``."""
+    return text.replace("\x00", "\\x00")
 
 
 def history_entry(

@@ -12,7 +12,6 @@ the caller logs it and never retries the write.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_dbqueue import conf, runnable, sql
+from django_dbqueue import conf, jsontext, runnable, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
 from django_dbqueue.models import JobState
 from django_dbqueue.tasks import TaskNotFound
@@ -180,10 +179,11 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
 def encode_result(lease: Lease, result: object) -> str | None:
     """``result`` as stored: JSON text, or ``None`` (SQL NULL, as Django's JSONField stores it).
 
-    Raises ``ResultNotSerializable`` when it is not JSON.
+    Raises ``ResultNotSerializable`` when it is not JSON the database stores
+    (``jsontext``).
     """
     try:
-        return None if result is None else json.dumps(result, allow_nan=False)
+        return None if result is None else jsontext.dumps(result)
     except (TypeError, ValueError) as exc:
         raise ResultNotSerializable(
             f"job {lease.job_id} returned {type(result).__name__}: {exc}"

@@ -73,3 +73,14 @@ def raises_type_error() -> None:
 @task
 def returns_nan() -> float:
     return float("nan")
+
+
+@task
+def returns_nul() -> str:
+    """A string PostgreSQL's jsonb cannot hold."""
+    return "before\x00after"
+
+
+@task(max_attempts=3)
+def raises_with_nul() -> None:
+    raise ValueError("before\x00after")

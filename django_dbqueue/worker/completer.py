@@ -9,7 +9,9 @@ row, or ``UNRECORDED`` when the database stayed unreachable for the lease's
 length (the reaper recovers those). Under load this turns a commit per job
 into a commit per batch; a lone job is written at once (group commit: nobody
 waits for a window). Until its outcome is reported a job stays the worker's:
-its lease is renewed and shutdown waits for it.
+its lease is renewed and shutdown waits for it. A row the database refuses
+(rather than a lost connection) is written alone, so it cannot hold back the
+rest of its batch.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from django.db import DatabaseError
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
@@ -95,6 +99,8 @@ class Completer(threading.Thread):
                     failures += 1
                     retrying = self._still_worth_writing(batch, failures, exc)
                     continue
+                except DatabaseError as exc:
+                    batch, completed = self._write_one_by_one(batch, exc)
                 retrying, failures = [], 0
                 for pending in batch:
                     applied = pending.context.job_id in completed
@@ -134,6 +140,30 @@ class Completer(threading.Thread):
             )
             time.sleep(pause)
         return kept
+
+    def _write_one_by_one(
+        self, batch: list[_Pending], exc: DatabaseError
+    ) -> tuple[list[_Pending], set[int]]:
+        """After the database refused a batch: write each row alone, so one bad row fails alone.
+
+        A row refused again is reported ``UNRECORDED`` (its lease runs out and
+        the reaper recovers the job); returns the rest and the ids completed.
+        """
+        log.warning(
+            "a batch of %s job successes was refused, writing each alone: %s", len(batch), exc
+        )
+        written: list[_Pending] = []
+        completed: set[int] = set()
+        for pending in batch:
+            try:
+                completed |= leases.complete_many([(pending.context.lease, pending.encoded)])
+            except DatabaseError as row_exc:
+                close_queue_connection()
+                log_unrecorded(pending.context, Outcome.SUCCEEDED, row_exc)
+                self._report(pending, Outcome.UNRECORDED)
+            else:
+                written.append(pending)
+        return written, completed
 
     def _report(self, pending: _Pending, outcome: Outcome) -> None:
         with self._lock:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError
+from django.db import DataError, OperationalError
 from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
@@ -185,3 +185,31 @@ def test_a_write_that_cannot_be_made_in_time_is_left_unrecorded(
         completer.hand_over(context, None, time.monotonic())
         assert reports.wait_for(1) == {1: Outcome.UNRECORDED}
     assert completer.backlog == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_the_database_refuses_fails_alone_and_the_completer_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks.noop.enqueue_many([((), {})] * 3)
+    good, bad, other = leases.claim(None, "w1", 3)
+    write = leases.complete_many
+
+    def refuse_the_bad_row(done: list[tuple[leases.Lease, str]]) -> set[int]:
+        if any(lease.job_id == bad.job_id for lease, _ in done):
+            raise DataError("unsupported Unicode escape sequence")
+        return write(done)
+
+    monkeypatch.setattr(leases, "complete_many", refuse_the_bad_row)
+    reports = Reports()
+    with running(Completer(threading.Event(), reports)) as completer:
+        for lease in (good, bad, other):
+            completer.hand_over(JobContext(lease), None, time.monotonic())
+        outcomes = reports.wait_for(3)
+        assert completer.is_alive()
+    assert outcomes == {
+        good.job_id: Outcome.SUCCEEDED,
+        bad.job_id: Outcome.UNRECORDED,
+        other.job_id: Outcome.SUCCEEDED,
+    }
+    assert Job.objects.get(pk=bad.job_id).state == JobState.RUNNING  # the reaper's to recover

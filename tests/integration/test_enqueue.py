@@ -755,6 +755,8 @@ INVALID_CALLS: list[Any] = [
     pytest.param(lambda: echo.enqueue({1, 2}), r"argument 0\b", id="set-arg"),
     pytest.param(lambda: echo.enqueue(1, float("nan")), r"argument 1\b", id="nan-arg"),
     pytest.param(lambda: echo.enqueue(float("inf")), r"argument 0\b", id="inf-arg"),
+    pytest.param(lambda: echo.enqueue("a\x00b"), r"argument 0\b.*NUL", id="nul-arg"),
+    pytest.param(lambda: echo.enqueue(1, key="a\x00b"), r"argument 'key'.*NUL", id="nul-kwarg"),
     pytest.param(lambda: echo.enqueue([1, {"a": object()}]), r"argument 0\b", id="nested-arg"),
     pytest.param(lambda: echo.enqueue(1, when=object()), r"argument 'when'", id="object-kwarg"),
     pytest.param(lambda: send_invoice.enqueue(1, copy={1}), r"argument 'copy'", id="set-kwarg"),

@@ -394,10 +394,19 @@ class TestGiveUp:
         assert [entry["code"] for entry in job.errors] == [BAD_ARGUMENTS]
         assert tasks.CALLS == []
 
+    def test_an_error_message_holding_a_nul_character_is_stored_with_it_written_out(
+        self,
+    ) -> None:
+        job = execute_tasks.raises_with_nul.enqueue()
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert job.errors[-1]["message"] == "ValueError: before\\x00after"
+        assert "before\\x00after" in job.last_error
+
     @pytest.mark.parametrize(
         "task",
-        [tasks.returns_unserializable, execute_tasks.returns_nan],
-        ids=["module-object", "nan"],
+        [tasks.returns_unserializable, execute_tasks.returns_nan, execute_tasks.returns_nul],
+        ids=["module-object", "nan", "nul-character"],
     )
     def test_result_that_is_not_json_makes_the_job_dead_without_a_result(self, task: Any) -> None:
         job = task.enqueue()
