@@ -43,14 +43,14 @@ class Heartbeat(threading.Thread):
         last_beat = time.monotonic()
         with worker_session():
             while not self.stop.is_set():
-                due = last_beat + self.interval()
+                interval = self.interval()
+                due = last_beat + interval
                 if time.monotonic() >= due:
                     self.beat()
                     last_beat = time.monotonic()
                     continue
-                # A newly added job may have a shorter lease: recompute the wait then.
-                self.live.added.wait(due - time.monotonic())
-                self.live.added.clear()
+                # A newly added job with a shorter lease wakes it: recompute the wait then.
+                self.live.wait_for_shorter_lease(interval * 3, due - time.monotonic())
 
     def close(self) -> None:
         """Stop beating (after ``stop`` is set) and wait for the thread."""

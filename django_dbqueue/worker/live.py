@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -28,8 +29,10 @@ class LiveJobs:
     def __init__(self) -> None:
         self._jobs: dict[int, LiveJob] = {}
         self._lock = threading.Lock()
-        #: Set whenever a job is added, so the heartbeat can shorten its wait.
+        #: Set when a job is added whose lease is shorter than the heartbeat plans
+        #: for (``wait_for_shorter_lease``), so the heartbeat can shorten its wait.
         self.added = threading.Event()
+        self._planned_lease = math.inf
 
     def __len__(self) -> int:
         with self._lock:
@@ -39,7 +42,20 @@ class LiveJobs:
         deadline = time.monotonic() + timeout if timeout is not None else None
         with self._lock:
             self._jobs[context.job_id] = LiveJob(context, deadline)
-        self.added.set()
+            shorter = context.lease.lease_seconds < self._planned_lease
+        if shorter:
+            self.added.set()
+
+    def wait_for_shorter_lease(self, lease_seconds: float, timeout: float) -> None:
+        """Wait ``timeout`` seconds, or until a job with a lease under ``lease_seconds`` is added.
+
+        Jobs with leases at least that long need no earlier beat, so adding
+        them (once per claimed job) wakes nobody.
+        """
+        with self._lock:
+            self._planned_lease = lease_seconds
+        self.added.wait(timeout)
+        self.added.clear()
 
     def remove(self, job_id: int) -> None:
         with self._lock:
