@@ -4,9 +4,9 @@ A prepared statement is parsed and planned once per connection instead of on
 every call, which is most of a claim's cost and half of an enqueue's. The
 queue's statements run prepared on two kinds of connection:
 
-- those a worker thread owns (``own``): the claimer, completer, heartbeat and
-  reaper run nothing else on theirs, so the worker turns preparation on there
-  (``enable``) unless ``PREPARED_STATEMENTS`` is False;
+- those a worker thread owns: the claimer, completer, heartbeat and reaper run
+  nothing else on theirs, so the worker turns preparation on there (``enable``,
+  from ``worker.session``) unless ``PREPARED_STATEMENTS`` is False;
 - yours, where you turned preparation on yourself
   (``DATABASES[...]["OPTIONS"]["prepare_threshold"]``). Django leaves it off by
   default, which is what a pooler that cannot keep prepared statements needs,
@@ -19,32 +19,24 @@ them; while Django logs queries they run unprepared, with their SQL in the log.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
-
-_thread = threading.local()
 
 #: psycopg's default: a statement run this many times prepares itself. The
 #: queue's statements ask to be prepared at once (``prepare=True``) anyway.
 PREPARE_THRESHOLD = 5
 
 
-def own(alias: str | None) -> None:
-    """This thread owns its connection to ``alias`` from now on (``None``: no longer)."""
-    _thread.alias = alias
-
-
 def enable(connection: BaseDatabaseWrapper) -> None:
-    """Let a new ``connection`` prepare statements, when this thread owns it.
+    """Let a new ``connection``, one the worker owns, prepare statements.
 
     Django opens psycopg connections with preparation off
-    (``prepare_threshold=None``), which even ``prepare=True`` respects. The
-    connection is the worker's own, so no other code sees the change.
+    (``prepare_threshold=None``), which even ``prepare=True`` respects. Only
+    the worker's own connections are passed here, so no other code sees it.
     """
-    if getattr(_thread, "alias", None) == connection.alias and _psycopg3(connection):
+    if _psycopg3(connection):
         connection.connection.prepare_threshold = PREPARE_THRESHOLD
 
 
@@ -78,12 +70,11 @@ def _driver_is_psycopg3() -> bool:
 def run(
     connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, Any]
 ) -> list[tuple[Any, ...]]:
-    """Execute one statement prepared on ``connection``; its rows (none: ``[]``).
+    """Execute one statement prepared on ``connection`` (open); its rows (none: ``[]``).
 
     The statement goes through Django's cursor wrapper (execute wrappers,
     Django's exceptions) around a server-side binding cursor.
     """
-    connection.ensure_connection()
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         raw = _preparing_cursor()(connection.connection)

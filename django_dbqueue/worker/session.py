@@ -42,21 +42,21 @@ def worker_session() -> Iterator[None]:
         yield
         return
     _thread.alias = cfg.database
+    _thread.prepare = cfg.prepared_statements
     _thread.synchronous_commit = None if cfg.worker_synchronous_commit else "off"
-    prepared.own(cfg.database if cfg.prepared_statements else None)
     try:
         if connection.connection is not None:
             set_up(connection)
         yield
     finally:
         _thread.alias = None
-        prepared.own(None)
         connection.close()
 
 
 def set_up(connection: BaseDatabaseWrapper) -> None:
     """Apply the worker's settings to a new ``connection``: preparation, the vendor's set-up."""
-    prepared.enable(connection)
+    if _thread.prepare:
+        prepared.enable(connection)
     if sql.defines(connection, "worker_session"):
         sql.run(connection, "worker_session", {"synchronous_commit": _thread.synchronous_commit})
 
