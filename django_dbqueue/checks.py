@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
-from django_dbqueue import conf
+from django_dbqueue import conf, durations
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
@@ -130,10 +130,10 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     for key in SECONDS:
-        if not (_is_number(merged[key]) and merged[key] > 0):
+        if not durations.is_seconds(merged[key]):
             messages.append(
                 Error(
-                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a number of seconds above 0.",
+                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be {durations.rule()}.",
                     hint=f"The default is {conf.DEFAULTS[key]}.",
                     id="dbqueue.E005",
                 )
