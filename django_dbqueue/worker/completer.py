@@ -96,12 +96,13 @@ class Completer(threading.Thread):
                 try:
                     completed = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
                 except Exception as exc:  # noqa: BLE001 - classified: retried, or written row by row.
-                    if not classify(exc).transient:
-                        batch, completed = self._write_one_by_one(batch, exc)
-                    else:
+                    fault = classify(exc)
+                    if fault.transient:
                         failures += 1
                         retrying = self._still_worth_writing(batch, survival, failures, exc)
                         continue
+                    recover(fault)
+                    batch, completed = self._write_one_by_one(batch, exc)
                 if failures:
                     survival.succeeded()
                 retrying, failures = [], 0

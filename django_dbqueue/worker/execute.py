@@ -140,10 +140,10 @@ def _attempt(
         encoded = leases.encode_result(lease, result)
     except leases.ResultNotSerializable as exc:
         return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
-    written = _write(
-        context, lambda: bool(leases.complete_many([(lease, encoded)])), Outcome.SUCCEEDED
+    completed = _write(
+        context, lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
     )
-    return written, ""
+    return completed, ""
 
 
 def _failed(context: JobContext, task: Runnable, exc: BaseException) -> tuple[Outcome, str]:

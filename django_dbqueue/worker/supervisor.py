@@ -104,6 +104,7 @@ class Worker:
             target=self._schedule_until_stopping, name="dbqueue-periodic", daemon=True
         )
         self.watchdog = Watchdog(self._started_threads, self.pool, self.live, self.stats)
+        self._next_health_check = 0.0
 
     def run(self) -> None:
         """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
@@ -179,8 +180,11 @@ class Worker:
             self._check_health()
 
     def _check_health(self) -> None:
-        if self.stopping.is_set():
-            return  # Draining: threads may end on purpose now.
+        """Ask the watchdog, once a ``TICK`` at most; raises ``WorkerBroken`` on its word."""
+        now = time.monotonic()
+        if self.stopping.is_set() or now < self._next_health_check:
+            return  # Draining (threads may end on purpose now), or asked just now.
+        self._next_health_check = now + TICK
         reason = self.watchdog.verdict()
         if reason is not None:
             raise WorkerBroken(reason)
