@@ -12,4 +12,14 @@ class DbQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_dbqueue import checks  # noqa: F401 - registers the system checks.
+        from django_dbqueue import (
+            checks,  # noqa: F401 - registers the system checks.
+            signals,
+            testing,
+        )
+
+        # Eager mode (DBQUEUE["EAGER"], tests only) runs committed jobs here. The receiver
+        # reads the setting on every commit, so override_settings switches it on and off.
+        signals.jobs_committed.connect(
+            testing.run_committed_jobs, dispatch_uid="django_dbqueue.testing.run_committed_jobs"
+        )

@@ -35,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "OLDEST_READY_WARNING": 300,
     "PREPARED_STATEMENTS": True,
     "WORKER_SYNCHRONOUS_COMMIT": True,
+    "EAGER": False,
+    "MAX_ARGS_BYTES": 1024 * 1024,
 }
 
 
@@ -60,6 +62,10 @@ class QueueSettings:
     prepared_statements: bool
     #: False: the worker's claims, completions and renewals commit asynchronously.
     worker_synchronous_commit: bool
+    #: Tests only: every job runs in the committing process when its transaction commits.
+    eager: bool
+    #: The longest a job's arguments may be as JSON text, in bytes (0: unbounded).
+    max_args_bytes: int
 
     @property
     def backoff(self) -> Backoff:
