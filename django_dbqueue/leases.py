@@ -141,12 +141,12 @@ def _leases(rows: list[tuple[Any, ...]], worker_id: str) -> list[Lease]:
 
 
 def next_due(queues: Sequence[str] | None) -> float | None:
-    """Seconds until the earliest ``ready`` job of ``queues`` (``None``: every queue) is due.
+    """Seconds until the next ``ready`` job of ``queues`` (``None``: every queue) becomes due.
 
-    By the database clock; ``0.0`` when one is due already, ``None`` when no
-    job of those queues is ready. A job due now may still be unclaimable
-    (locked by another worker, or waiting behind its serial key), so callers
-    bound how soon they look again.
+    By the database clock, from the jobs not due yet: ``None`` when there is
+    none. Jobs due already are left out, since a claim just passed them by
+    (locked by another worker, or waiting behind their serial key). One
+    read, served by the ready index.
     """
     params = {"queues": list(queues) if queues is not None else None}
     rows = sql.run(queue_connection(), "next_due", params)

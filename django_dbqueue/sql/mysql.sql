@@ -93,11 +93,13 @@ FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 
 -- name: next_due
--- Seconds from the database clock until the earliest ready job of %(queues)s (NULL: every
--- queue) is due (negative when one is overdue), or NULL when none is ready.
-SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), MIN(run_at)) / 1000000.0
+-- Seconds from the database clock until the next ready job of %(queues)s (NULL: every
+-- queue) that is not due yet becomes due, or NULL when there is none (jobs already due are
+-- left out: a claim just passed them by).
+SET @dbqueue_now = UTC_TIMESTAMP(6);
+SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(run_at)) / 1000000.0
 FROM dbqueue_job
-WHERE state = 'ready'
+WHERE state = 'ready' AND run_at > @dbqueue_now
   AND (%(queues)s IS NULL OR queue IN (
       SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
   ));

@@ -147,11 +147,12 @@ RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attem
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
 
 -- name: next_due
--- Seconds from the database clock until the earliest ready job of %(queues)s (NULL: every
--- queue) is due (negative when one is overdue), or NULL when none is ready. The ready index
--- leads with (queue, priority), so each queue's priorities are walked from the highest down
--- (one index probe per priority present) and each priority's earliest run_at is the first
--- entry under it: a handful of probes whatever the backlog.
+-- Seconds from the database clock until the next ready job of %(queues)s (NULL: every queue)
+-- that is not due yet becomes due, or NULL when there is none. Jobs already due are left
+-- out: a claim just passed them by (locked by another worker, or waiting behind a serial
+-- key). The ready index leads with (queue, priority), so each queue's priorities are walked
+-- from the highest down (one index probe per priority present) and each priority's next
+-- run_at is the first entry after the clock: a handful of probes whatever the backlog.
 WITH RECURSIVE ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
     UNION ALL
@@ -181,6 +182,7 @@ FROM level l
 CROSS JOIN LATERAL (
     SELECT min(j.run_at) AS run_at FROM dbqueue_job j
     WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority = l.priority
+      AND j.run_at > clock_timestamp()
 ) earliest
 WHERE l.priority IS NOT NULL;
 

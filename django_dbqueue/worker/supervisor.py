@@ -158,7 +158,20 @@ class Worker:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
             if len(claimed) < wanted:
-                self.wake.wait(self.poll_interval)
+                self.wake.wait(self._idle_wait())
+
+    def _idle_wait(self) -> float:
+        """How long to wait after a short claim: until the next job is due, at most a poll.
+
+        A job scheduled 1 s ahead (``delay``, ``run_at``, a retry's backoff) so
+        starts about 1 s later, not at the next poll. A failed look-up waits the
+        whole poll interval; the next claim deals with the connection.
+        """
+        try:
+            due = leases.next_due(self.queues)
+        except DATABASE_ERRORS:
+            return self.poll_interval
+        return self.poll_interval if due is None else min(self.poll_interval, due)
 
     def _slots_to_fill(self) -> int:
         """Free slots to claim for now: none while most slots are busy, so claims come in batches.

@@ -35,8 +35,11 @@ def big_backlog() -> None:
 
 
 def claim_plan(queues: list[str] | None) -> str:
-    statement = sql.statements("postgresql")["claim"]
-    params = {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0}
+    return statement_plan("claim", {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0})
+
+
+def statement_plan(name: str, params: dict[str, object]) -> str:
+    statement = sql.statements("postgresql")[name]
     adapted = {key: sql.adapt(connection, value) for key, value in params.items()}
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + statement, adapted)
@@ -70,6 +73,17 @@ def test_claim_reads_ready_jobs_through_the_ready_index(
     scans = scanned_relations(claim_plan(queues))
     assert "Index Scan:dbqueue_job_ready" in scans or "Index Only Scan:dbqueue_job_ready" in scans
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [["mail"], ["default", "mail"], None])
+def test_next_due_reads_ready_jobs_through_the_ready_index(
+    big_backlog: None, queues: list[str] | None
+) -> None:
+    scans = scanned_relations(statement_plan("next_due", {"queues": queues}))
+    assert scans, "next_due reads no job rows"
+    assert all(scan.endswith(":dbqueue_job_ready") for scan in scans), scans
 
 
 #: Parameter types of the worker's batched statements, for PREPARE.

@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from django.test import TestCase, override_settings
 from django.utils import timezone
 
-from django_dbqueue import Job, JobState, leases
+from django_dbqueue import Job, JobState
 from django_dbqueue.testing import WORKER_ID, JobRun, run_jobs
 from tests import tasks
 from tests.tasks import asks_retry, flaky, noop, permanent, send_invoice
@@ -255,17 +255,3 @@ def test_without_eager_committed_jobs_wait_for_a_worker() -> None:
 
     assert states(job) == [JobState.READY]
     assert tasks.CALLS == []
-
-
-@pytest.mark.django_db(transaction=True)
-def test_claim_jobs_leases_only_the_named_ready_jobs_due_or_not() -> None:
-    later = noop.using(delay=600).enqueue()
-    other = noop.enqueue()
-
-    claimed = leases.claim_jobs([later.pk], "w1")
-
-    assert [(lease.job_id, lease.attempt, lease.lease_token) for lease in claimed] == [
-        (later.pk, 1, 1)
-    ]
-    assert states(later, other) == [JobState.RUNNING, JobState.READY]
-    assert leases.claim_jobs([later.pk], "w1") == []
