@@ -1,15 +1,19 @@
 """System checks for the ``DBQUEUE`` settings and the database behind the queue.
 
-Ids: ``dbqueue.E001``-``E012`` are errors, ``dbqueue.W001``-``W002`` warnings.
+Ids: ``dbqueue.E001``-``E012`` are errors, ``dbqueue.W001``-``W003`` warnings.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from django.apps import apps
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
@@ -266,3 +270,59 @@ def _check_business_alias(alias: str) -> list[CheckMessage]:
             id="dbqueue.W001",
         )
     ]
+
+
+@register()
+def check_on_save_imported(
+    app_configs: Sequence[AppConfig] | None = None, **_: Any
+) -> list[CheckMessage]:
+    """A module-level ``on_save()`` in a project module nothing imported (``dbqueue.W003``).
+
+    Its hook is never connected, so those saves would enqueue nothing, silently.
+    The project's own apps are read (not installed packages, migrations or test
+    modules); ``on_save()`` inside a function, such as ``AppConfig.ready()``, is
+    not looked at: it runs when that function does.
+    """
+    return [
+        Warning(
+            f"{module} calls on_save() at line {line}, but nothing imported {module} by the "
+            "time the checks ran, so that hook is not connected: those saves enqueue nothing.",
+            hint=(
+                f"Call on_save() from {app.name}'s AppConfig.ready() (or import {module} "
+                f"there), or move the call to {app.name}.tasks, which is imported at start-up."
+            ),
+            id="dbqueue.W003",
+        )
+        for app in app_configs or apps.get_app_configs()
+        for module, line in _module_level_on_save_calls(app)
+        if module not in sys.modules
+    ]
+
+
+def _module_level_on_save_calls(app: AppConfig) -> Iterator[tuple[str, int]]:
+    """``(module, line)`` of each ``on_save(...)`` statement at the top of the app's modules."""
+    root = Path(app.path)
+    if {"site-packages", "dist-packages"} & set(root.parts):
+        return
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).with_suffix("").parts
+        if "migrations" in relative or any(part.startswith("test") for part in relative):
+            continue
+        source = path.read_text(errors="replace")
+        if "on_save(" not in source:
+            continue
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        module = ".".join((app.name, *relative)).removesuffix(".__init__")
+        for statement in tree.body:
+            call = getattr(statement, "value", None)
+            if isinstance(call, ast.Call) and _called_name(call.func) == "on_save":
+                yield module, statement.lineno
+
+
+def _called_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
