@@ -1,11 +1,12 @@
 """System checks for the ``DBQUEUE`` settings and the database behind the queue.
 
-Ids: ``dbqueue.E001``-``E012`` are errors, ``dbqueue.W001``-``W003`` warnings.
+Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` warnings.
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
 from django_dbqueue import conf
+from django_dbqueue.retry import retry_problem
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
@@ -62,16 +64,24 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_retention(merged),
         *_check_channel(merged["NOTIFY_CHANNEL"]),
         *_check_switches(merged),
+        *_check_retry(merged["RETRY"]),
     ]
 
 
 def _check_keys(raw: dict[str, Any]) -> list[CheckMessage]:
-    unknown = sorted(set(raw) - set(conf.DEFAULTS))
+    unknown = sorted(set(raw) - set(conf.DEFAULTS), key=str)
     if not unknown:
         return []
+    guesses = {
+        key: difflib.get_close_matches(str(key), conf.DEFAULTS, n=1, cutoff=0.5) for key in unknown
+    }
+    named = ", ".join(
+        f"{key!r} (did you mean {guess[0]!r}?)" if guess else repr(key)
+        for key, guess in guesses.items()
+    )
     return [
         Warning(
-            f"DBQUEUE has unknown keys {unknown}; they are ignored.",
+            f"DBQUEUE has unknown keys {named}; they are ignored.",
             hint=f"Known keys: {', '.join(conf.DEFAULTS)}.",
             id="dbqueue.W002",
         )
@@ -142,6 +152,16 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
                     id="dbqueue.E005",
                 )
             )
+    limit = merged["MAX_ARGS_BYTES"]
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        messages.append(
+            Error(
+                f"DBQUEUE['MAX_ARGS_BYTES'] is {limit!r}; it must be a whole number of bytes, "
+                "0 or more (0: no limit).",
+                hint=f"The default is {conf.DEFAULTS['MAX_ARGS_BYTES']} (1 MiB).",
+                id="dbqueue.E013",
+            )
+        )
     if _is_number(merged["RETRY_FACTOR"]) and 0 < merged["RETRY_FACTOR"] < 1:
         messages.append(
             Error(
@@ -174,6 +194,20 @@ def _check_channel(channel: object) -> list[CheckMessage]:
             f"DBQUEUE['NOTIFY_CHANNEL'] is {channel!r}; it must be a PostgreSQL identifier.",
             hint="Use up to 63 letters, digits and '_', not starting with a digit.",
             id="dbqueue.E008",
+        )
+    ]
+
+
+def _check_retry(retry: object) -> list[CheckMessage]:
+    problem = retry_problem(retry)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"DBQUEUE['RETRY'] is {retry!r}: {problem}.",
+            hint="For example {'base': 2, 'factor': 2, 'cap': 3600}: seconds, factor >= 1; "
+            "the same shape as a TASKS backend's OPTIONS['RETRY'].",
+            id="dbqueue.E014",
         )
     ]
 

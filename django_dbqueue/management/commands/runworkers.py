@@ -16,6 +16,8 @@ from django_dbqueue.tasks import check_queue_name
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO}
+#: The width of the job's ``worker_id`` column (``Job.worker_id``).
+WORKER_ID_LIMIT = 255
 
 
 class Command(BaseCommand):
@@ -107,6 +109,12 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--shutdown-timeout must be 0 or more seconds, not {options['shutdown_timeout']}."
             )
+        worker_id = options["worker_id"]
+        if worker_id is not None and not 1 <= len(worker_id) <= WORKER_ID_LIMIT:
+            raise CommandError(
+                f"--worker-id must be 1-{WORKER_ID_LIMIT} characters (the width of the job's "
+                f"worker_id column), not {len(worker_id)}. Pass a shorter name."
+            )
         if options["metrics_port"] is not None:
             check_metrics_available(options["metrics_port"])
         return WorkerOptions(
@@ -114,7 +122,7 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
             burst=options["burst"],
             max_jobs=options["max_jobs"],
-            worker_id=options["worker_id"],
+            worker_id=worker_id,
             poll_interval=options["poll_interval"],
             shutdown_timeout=options["shutdown_timeout"],
             reaper=options["reaper"],
