@@ -62,6 +62,11 @@ class Lease:
         """Stable across attempts and requeues (see ``Job.idempotency_key``)."""
         return f"dbqueue-job-{self.job_id}"
 
+    @property
+    def leased_at(self) -> datetime:
+        """When the claim granted this lease (database clock): ``lease_until`` less its length."""
+        return self.lease_until - timedelta(seconds=self.lease_seconds)
+
 
 @dataclass(frozen=True)
 class ReapResult:
