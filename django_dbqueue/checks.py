@@ -132,17 +132,7 @@ def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
 
 
 def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
-    max_attempts = merged["MAX_ATTEMPTS"]
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        messages.append(
-            Error(
-                f"DBQUEUE['MAX_ATTEMPTS'] is {max_attempts!r}; "
-                "it must be a whole number of 1 or more.",
-                hint="The default is 5.",
-                id="dbqueue.E004",
-            )
-        )
+    messages = _check_whole(merged, "MAX_ATTEMPTS", 1, "a whole number of 1 or more", "E004")
     for key in SECONDS:
         if not (_is_number(merged[key]) and merged[key] > 0):
             messages.append(
@@ -152,16 +142,9 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
                     id="dbqueue.E005",
                 )
             )
-    limit = merged["MAX_ARGS_BYTES"]
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        messages.append(
-            Error(
-                f"DBQUEUE['MAX_ARGS_BYTES'] is {limit!r}; it must be a whole number of bytes, "
-                "0 or more (0: no limit).",
-                hint=f"The default is {conf.DEFAULTS['MAX_ARGS_BYTES']} (1 MiB).",
-                id="dbqueue.E013",
-            )
-        )
+    messages += _check_whole(
+        merged, "MAX_ARGS_BYTES", 0, "a whole number of bytes, 0 or more (0: no limit)", "E013"
+    )
     if _is_number(merged["RETRY_FACTOR"]) and 0 < merged["RETRY_FACTOR"] < 1:
         messages.append(
             Error(
@@ -171,6 +154,21 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+def _check_whole(
+    merged: dict[str, Any], key: str, minimum: int, what: str, number: str
+) -> list[CheckMessage]:
+    value = merged[key]
+    if not isinstance(value, bool) and isinstance(value, int) and value >= minimum:
+        return []
+    return [
+        Error(
+            f"DBQUEUE[{key!r}] is {value!r}; it must be {what}.",
+            hint=f"The default is {conf.DEFAULTS[key]}.",
+            id=f"dbqueue.{number}",
+        )
+    ]
 
 
 def _check_retention(merged: dict[str, Any]) -> list[CheckMessage]:

@@ -7,14 +7,11 @@ project is Django's default one, on its default SQLite database.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 120
+from tests.fresh_python import ROOT, run_python
 
 
 def readme_files(section: str) -> dict[str, str]:
@@ -31,17 +28,7 @@ def readme_files(section: str) -> dict[str, str]:
 
 
 def run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DJANGO_")}
-    env["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    return run_python(*args, cwd=project, DJANGO_SETTINGS_MODULE="mysite.settings")
 
 
 def test_testing_your_tasks_works_in_a_new_startproject(tmp_path: Path) -> None:

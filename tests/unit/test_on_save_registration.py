@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 60
+from tests.fresh_python import ROOT, run_python
 
 HOOK = """\
 from django.contrib.auth.models import Group
@@ -59,16 +56,8 @@ def start_up(app: dict[str, str], tmp_path: Path) -> dict[str, list[str]]:
     (package / "__init__.py").write_text("")
     for name, source in app.items():
         (package / name).write_text(textwrap.dedent(source))
-    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
-    done = subprocess.run(
-        [sys.executable, "-c", SETUP],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    path = os.pathsep.join([str(tmp_path), str(ROOT)])
+    done = run_python("-c", SETUP, cwd=tmp_path, PYTHONPATH=path)
     assert done.returncode == 0, done.stderr
     result: dict[str, list[str]] = json.loads(done.stdout)
     return result

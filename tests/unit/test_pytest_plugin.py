@@ -6,30 +6,17 @@ loaded the way an installed package's plugin is: by its entry point.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 60
+from tests.fresh_python import ROOT, run_python
 
 
 def run_pytest(directory: Path, *args: str, settings: str | None = None) -> str:
     (directory / "test_nothing.py").write_text("def test_nothing():\n    assert True\n")
-    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = {"PYTHONPATH": str(ROOT)}
     if settings is not None:
         env["DJANGO_SETTINGS_MODULE"] = settings
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=directory,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    done = run_python("-m", "pytest", "-p", "no:cacheprovider", *args, cwd=directory, **env)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
