@@ -75,17 +75,6 @@ def test_claim_reads_ready_jobs_through_the_ready_index(
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
 
-@pytest.mark.postgresql
-@pytest.mark.django_db
-@pytest.mark.parametrize("queues", [["mail"], ["default", "mail"], None])
-def test_next_due_reads_ready_jobs_through_the_ready_index(
-    big_backlog: None, queues: list[str] | None
-) -> None:
-    scans = scanned_relations(statement_plan("next_due", {"queues": queues}))
-    assert scans, "next_due reads no job rows"
-    assert all(scan.endswith(":dbqueue_job_ready") for scan in scans), scans
-
-
 #: Parameter types of the worker's batched statements, for PREPARE.
 PARAMETER_TYPES = {
     "queues": "text",
@@ -146,3 +135,13 @@ def test_prepared_batches_reach_their_rows_by_primary_key_at_any_table_size(name
     scans = scanned_relations(generic_plan(name))
     assert "Index Scan:dbqueue_job_pkey" in scans
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
+
+
+# Last in the file: its backlog, rolled back, leaves the table bloated for the plans above.
+@pytest.mark.postgresql
+@pytest.mark.django_db
+def test_next_due_reads_ready_jobs_through_the_ready_index(big_backlog: None) -> None:
+    for queues in (["mail"], ["default", "mail"], None):
+        scans = scanned_relations(statement_plan("next_due", {"queues": queues}))
+        assert scans, f"next_due reads no job rows for {queues}"
+        assert all(scan.endswith(":dbqueue_job_ready") for scan in scans), (queues, scans)
