@@ -417,6 +417,13 @@ def test_bad_options_raise_command_error(
         assert "DBQUEUE['QUEUES']" in message
 
 
+def test_a_worker_with_eager_mode_on_is_a_command_error(settings: Settings) -> None:
+    settings.DBQUEUE = {**settings.DBQUEUE, "EAGER": True}
+
+    with pytest.raises(CommandError, match=r"DBQUEUE\['EAGER'\] is on.*for tests"):
+        call_command("runworkers", "--burst")
+
+
 @pytest.mark.parametrize("worker_id", ["w" * 256, ""], ids=["256-characters", "empty"])
 def test_a_worker_id_the_column_cannot_hold_is_a_command_error(worker_id: str) -> None:
     # --burst: were the option wrongly accepted, the command would run and fail at its claim.

@@ -85,6 +85,11 @@ class Command(BaseCommand):
 
     def worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         """Validate the command line; a mistake is a ``CommandError`` saying what to do."""
+        if conf.get().eager:
+            raise CommandError(
+                "DBQUEUE['EAGER'] is on, so every job runs in the process that enqueues it and "
+                "a worker would find nothing to do. EAGER is for tests: turn it off here."
+            )
         queues = options["queues"]
         allowed = conf.get().queues
         for queue in queues or ():
