@@ -13,10 +13,10 @@ import re
 from collections.abc import Iterable
 
 #: How deep job arguments may nest (lists and dicts inside one another). Python's json
-#: gives up with ``RecursionError`` near a thousand levels, and MySQL stores no JSON
-#: deeper than 100 with the rows that carry arguments around them; real arguments nest a
-#: few levels.
-MAX_DEPTH = 32
+#: gives up with ``RecursionError`` near a thousand levels, and MariaDB stores no JSON
+#: document deeper than 32, the call that carries an argument adding three levels around
+#: it; real arguments nest a few levels.
+MAX_DEPTH = 20
 
 #: ``\u0000`` as an escape, not as a backslash followed by the text "u0000".
 NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
