@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
-from django_dbqueue import conf
+from django_dbqueue import conf, durations
 from django_dbqueue.retry import retry_problem
 
 if TYPE_CHECKING:
@@ -134,10 +134,10 @@ def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
 def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
     messages = _check_whole(merged, "MAX_ATTEMPTS", 1, "a whole number of 1 or more", "E004")
     for key in SECONDS:
-        if not (_is_number(merged[key]) and merged[key] > 0):
+        if not durations.is_seconds(merged[key]):
             messages.append(
                 Error(
-                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a number of seconds above 0.",
+                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be {durations.rule()}.",
                     hint=f"The default is {conf.DEFAULTS[key]}.",
                     id="dbqueue.E005",
                 )

@@ -14,7 +14,7 @@ from django.db import connections, models
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, jsontext, sql, wakeups
+from django_dbqueue import conf, durations, jsontext, sql, wakeups
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import (
@@ -28,10 +28,6 @@ from django_dbqueue.tasks import (
 )
 
 Call = tuple[Sequence[Any], dict[str, Any]]
-
-#: The longest ``delay=`` accepted: far enough for any schedule, short of the
-#: timestamp types' limits.
-MAX_DELAY = timedelta(days=100 * 365)
 
 #: How often an enqueue with a dedupe key re-tries when the active job it
 #: collided with finished before it could be read back.
@@ -193,14 +189,10 @@ def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
         return options.run_at, 0.0
     delay = options.delay or 0
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not 0 <= seconds <= MAX_DELAY.total_seconds()
-    ):
+    if not durations.is_seconds(seconds, zero=True):
         raise InvalidJob(
-            f"delay must be seconds (int or float) or a timedelta, from 0 to {MAX_DELAY.days} "
-            f"days; not {delay!r}."
+            f"delay must be seconds (int or float) or a timedelta, from 0 to "
+            f"{durations.MAX_DELAY.days} days; not {delay!r}."
         )
     return None, float(seconds)
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from django_dbqueue import conf, jsontext, runnable, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
-from django_dbqueue.models import JobState
+from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import TaskNotFound
 
 log = logging.getLogger(__name__)
@@ -159,24 +159,87 @@ def next_due(queues: Sequence[str] | None) -> float | None:
     return None if seconds is None else max(0.0, float(seconds))
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """What ``renew_all`` found for each lease it was given.
+
+    ``owned``: leases extended. ``settled``: jobs no longer running because
+    this very lease's own write settled them meanwhile (a success or failure
+    written while the renewal was on its way), by job id with the state they
+    are in: not a lost lease. ``lost``: the rest, taken by another worker or
+    the reaper.
+    """
+
+    owned: set[int]
+    settled: dict[int, str]
+    lost: set[int]
+
+
 def renew(leases: Iterable[Lease]) -> set[int]:
     """Extend every lease still owned by its job's ``lease_seconds``; return their job ids.
 
     All leases go in one statement. A lease missing from the result is lost:
     the job was reaped, re-claimed or finished. Stop working on it.
     """
+    return renew_all(leases).owned
+
+
+def renew_all(leases: Iterable[Lease]) -> Renewal:
+    """``renew``, telling the leases another worker or the reaper took from those settled
+    by their own write (``settled_by``); only the first are logged as lost."""
     held = list(leases)
     if not held:
-        return set()
+        return Renewal(owned=set(), settled={}, lost=set())
     batch = [
         {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
         for lease in held
     ]
     owned = {row[0] for row in sql.run_alone(queue_connection(), "renew", {"leases": batch})}
-    for lease in held:
-        if lease.job_id not in owned:
+    missing = [lease for lease in held if lease.job_id not in owned]
+    settled = settled_by(missing) if missing else {}
+    lost = {lease.job_id for lease in missing if lease.job_id not in settled}
+    for lease in missing:
+        if lease.job_id in lost:
             log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
-    return owned
+    return Renewal(owned=owned, settled=settled, lost=lost)
+
+
+def settled_by(leases: Iterable[Lease]) -> dict[int, str]:
+    """The jobs among ``leases`` whose latest transition was their lease's own write.
+
+    For each such job, its state now: ``succeeded`` (the lease completed
+    it), or ``ready``/``dead``/``cancelled`` after a failure the lease
+    recorded (the job's newest history entry is that attempt's, by that
+    worker, and not an expiry). A job still running, or moved on by another
+    claim or by the reaper, is left out. This tells a write whose reply was
+    lost (it did apply) from a lease that was really lost; it reads a
+    handful of rows by primary key and is only called after a write or
+    renewal missed.
+    """
+    by_id = {lease.job_id: lease for lease in leases}
+    rows = (
+        Job.objects.using(conf.get().database)
+        .filter(pk__in=list(by_id))
+        .values_list("pk", "state", "lease_token", "errors")
+    )
+    return {
+        job_id: state
+        for job_id, state, lease_token, errors in rows
+        if lease_token == by_id[job_id].lease_token and _written_by(by_id[job_id], state, errors)
+    }
+
+
+def _written_by(lease: Lease, state: str, errors: list[dict[str, Any]]) -> bool:
+    if state == JobState.SUCCEEDED:
+        return True  # Only the holder of this lease token can complete the job.
+    if state == JobState.RUNNING or not errors:
+        return False
+    newest = errors[-1]
+    return (
+        newest.get("attempt") == lease.attempt
+        and newest.get("worker") == lease.worker_id
+        and newest.get("code") != LEASE_EXPIRED
+    )
 
 
 def complete(lease: Lease, result: object) -> bool:
@@ -193,7 +256,8 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
 
     ``done`` pairs each lease with its result as JSON text (``encode_result``).
     Every row keeps its own fencing check: a job whose lease is lost is left
-    as it is, logged, and missing from the result.
+    as it is, logged, and missing from the result. A job this lease already
+    completed (the reply of an earlier try was lost) counts as completed.
     """
     if not done:
         return set()
@@ -207,7 +271,13 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
         for lease, encoded in done
     ]
     completed = {row[0] for row in sql.run_alone(queue_connection(), "complete", {"rows": rows})}
-    for lease, _ in done:
+    missing = [lease for lease, _ in done if lease.job_id not in completed]
+    if missing:
+        # A retried write whose first reply was lost finds its own success already there.
+        completed |= {
+            job_id for job_id, state in settled_by(missing).items() if state == JobState.SUCCEEDED
+        }
+    for lease in missing:
         if lease.job_id not in completed:
             log_lost_lease("complete", lease.job_id, lease.worker_id, lease.lease_token)
     return completed
@@ -250,7 +320,8 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
     The job also becomes ``dead`` when its attempt budget is spent, whatever
     ``retry_at`` says. The error is stored bounded (``last_error`` keeps the
     traceback's end; the history keeps the last 10 entries). Returns ``False``
-    and changes nothing when the lease is lost.
+    and changes nothing when the lease is lost; ``True`` also when this
+    lease's failure is already recorded (the reply of an earlier try was lost).
     """
     info = (error if isinstance(error, ErrorInfo) else ErrorInfo.from_exception(error)).bounded()
     connection = queue_connection()
@@ -270,6 +341,9 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
                 retry_at,
             )
             applied = bool(_record_failures(connection, [failure], expired=False))
+    if not applied:
+        # A retried write whose first reply was lost finds its own failure already recorded.
+        applied = settled_by([lease]).get(lease.job_id) not in (None, JobState.SUCCEEDED)
     if not applied:
         log_lost_lease("fail", lease.job_id, lease.worker_id, lease.lease_token)
     return applied

@@ -374,8 +374,10 @@ def import_task(path: str, kind: type[T], what: str) -> T:
     """
     try:
         found = import_string(path)
-    # Importing runs the module's own code, which may raise anything.
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    # Importing runs the module's own code, which may raise anything, sys.exit() included.
+    except BaseException as exc:
         raise TaskNotFound(f"{path} cannot be imported: {type(exc).__name__}: {exc}") from exc
     if not isinstance(found, kind):
         raise TaskNotFound(f"{path} is {type(found).__name__}, not {what}.")

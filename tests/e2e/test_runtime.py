@@ -395,12 +395,25 @@ def test_second_sigint_releases_at_once(start_worker: StartWorker) -> None:
     [
         ("--concurrency", "0", None),
         ("--poll-interval", "0", None),
+        ("--poll-interval", "inf", None),
+        ("--poll-interval", "nan", None),
         ("--max-jobs", "-1", None),
         ("--shutdown-timeout", "-1", None),
+        ("--shutdown-timeout", "inf", None),
         ("--queue", "no spaces!", None),
         ("--queue", "elsewhere", ["default", "mail"]),
     ],
-    ids=["concurrency", "poll-interval", "max-jobs", "shutdown-timeout", "bad-name", "unknown"],
+    ids=[
+        "concurrency",
+        "poll-interval",
+        "poll-interval-inf",
+        "poll-interval-nan",
+        "max-jobs",
+        "shutdown-timeout",
+        "shutdown-timeout-inf",
+        "bad-name",
+        "unknown",
+    ],
 )
 def test_bad_options_raise_command_error(
     settings: Settings, option: str, value: str, queues: list[str] | None

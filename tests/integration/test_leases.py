@@ -268,6 +268,72 @@ class TestFencing:
 
 
 @pytest.mark.django_db
+class TestOwnWritesAreNotLostLeases:
+    """A write or renewal that finds the job settled by this very lease is not a lost lease."""
+
+    def test_renewal_of_a_job_its_lease_just_completed_is_settled_not_lost(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue_many([((), {})] * 3)
+        running, completed, stolen = leases.claim(None, "w1", 3)
+        assert leases.complete(completed, None)
+        expire(stolen.job_id)
+        leases.reap()
+        renewal = leases.renew_all([running, completed, stolen])
+        assert renewal.owned == {running.job_id}
+        assert renewal.settled == {completed.job_id: JobState.SUCCEEDED}
+        assert renewal.lost == {stolen.job_id}
+        assert f"action=renew job={completed.job_id}" not in caplog.text
+        assert f"lease lost action=renew job={stolen.job_id}" in caplog.text
+
+    def test_renewal_of_a_job_its_lease_just_failed_is_settled_not_lost(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        retried, dead = leases.claim(None, "w1", 2)
+        assert leases.fail(retried, ErrorInfo("BOOM", "boom"), timezone.now())
+        assert leases.fail(dead, ErrorInfo("BOOM", "boom"), None)
+        renewal = leases.renew_all([retried, dead])
+        assert renewal.settled == {retried.job_id: JobState.READY, dead.job_id: JobState.DEAD}
+        assert renewal.lost == set()
+
+    def test_an_expiry_is_never_the_lease_own_write(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        expire(lease.job_id)
+        leases.reap()
+        assert leases.settled_by([lease]) == {}
+        assert leases.renew_all([lease]).lost == {lease.job_id}
+
+    def test_a_completion_tried_again_after_a_lost_reply_counts_as_completed(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.complete_many([(lease, '{"n": 1}')]) == {lease.job_id}
+        assert leases.complete_many([(lease, '{"n": 1}')]) == {lease.job_id}
+        assert "lease lost" not in caplog.text
+
+    def test_a_failure_tried_again_after_a_lost_reply_counts_as_recorded(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        error = ErrorInfo("BOOM", "boom")
+        assert leases.fail(lease, error, timezone.now() + timedelta(minutes=1))
+        assert leases.fail(lease, error, timezone.now() + timedelta(minutes=1))
+        assert len(Job.objects.get(pk=lease.job_id).errors) == 1
+        assert "lease lost" not in caplog.text
+
+    def test_a_newer_claim_is_never_this_lease_own_write(self) -> None:
+        tasks.noop.enqueue()
+        old = claim_one("w1")
+        assert leases.fail(old, ErrorInfo("BOOM", "boom"), timezone.now())
+        new = claim_one("w2")
+        assert leases.complete(new, None)
+        assert leases.settled_by([old]) == {}
+        assert leases.complete(old, None) is False
+
+
+@pytest.mark.django_db
 class TestTransitions:
     def test_complete_stores_result_and_finishes(self) -> None:
         tasks.noop.enqueue()

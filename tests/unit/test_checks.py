@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +15,7 @@ from django.core.checks import CheckMessage, run_checks
 from django.db import connections
 from pytest_django import Settings
 
-from django_dbqueue import checks, conf
+from django_dbqueue import checks, conf, durations
 from django_dbqueue.retry import Backoff
 
 
@@ -163,8 +164,10 @@ def test_e004_max_attempts_must_be_a_whole_number_of_one_or_more(
 
 
 @pytest.mark.parametrize("key", checks.SECONDS)
-@pytest.mark.parametrize("value", [0, -3, "5", None, True])
-def test_e005_numeric_settings_must_be_positive_numbers(
+@pytest.mark.parametrize(
+    "value", [0, -3, "5", None, True, math.inf, math.nan, durations.MAX_SECONDS + 1]
+)
+def test_e005_numeric_settings_must_be_finite_positive_capped_numbers(
     settings: Settings, key: str, value: object
 ) -> None:
     configure(settings, **{key: value})
