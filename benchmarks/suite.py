@@ -16,14 +16,22 @@ import django
 import psycopg
 from django.db import connections
 
-from benchmarks import database, drain, enqueue, latency, memory
+from benchmarks import database, drain, enqueue, latency, lateness, memory
 from benchmarks.results import Results
 from benchmarks.session import Session
 from benchmarks.sizes import Sizes
 from benchmarks.workers import ROOT
 
 #: In this order: the in-process and raw figures first, the long drains last.
-STEPS = (enqueue.run, drain.run_raw, drain.run, latency.run, drain.run_backlog, memory.run)
+STEPS = (
+    enqueue.run,
+    drain.run_raw,
+    drain.run,
+    latency.run,
+    lateness.run,
+    drain.run_backlog,
+    memory.run,
+)
 
 
 def run(url: str, sizes: Sizes) -> tuple[Results, dict[str, Any]]:

@@ -62,6 +62,11 @@ class Lease:
         """Stable across attempts and requeues (see ``Job.idempotency_key``)."""
         return f"dbqueue-job-{self.job_id}"
 
+    @property
+    def leased_at(self) -> datetime:
+        """When the claim granted this lease (database clock): ``lease_until`` less its length."""
+        return self.lease_until - timedelta(seconds=self.lease_seconds)
+
 
 @dataclass(frozen=True)
 class ReapResult:
@@ -100,7 +105,25 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
         "limit": limit,
         "turn": next(_turns) % 1024,
     }
-    rows = sql.run_alone(connection, "claim", params)
+    return _leases(sql.run_alone(connection, "claim", params), worker_id)
+
+
+def claim_jobs(job_ids: Iterable[int], worker_id: str) -> list[Lease]:
+    """Lease the ``ready`` jobs among ``job_ids``, due or not (eager mode).
+
+    The caller names the jobs, so priority, ``run_at`` and serial keys are
+    not consulted; rows locked by other transactions are skipped (PostgreSQL,
+    MySQL). Each claimed job's ``attempts`` and ``lease_token`` grow by one,
+    as with ``claim``. Jobs no longer ready are left out.
+    """
+    ids = [int(job_id) for job_id in job_ids]
+    if not ids:
+        return []
+    params = {"job_ids": ids, "worker_id": worker_id}
+    return _leases(sql.run_alone(queue_connection(), "claim_jobs", params), worker_id)
+
+
+def _leases(rows: list[tuple[Any, ...]], worker_id: str) -> list[Lease]:
     # RETURNING has no order: hand the batch back in priority order.
     rows.sort(key=lambda row: (-row[10], sql.to_datetime(row[11]), row[0]))
     return [
@@ -120,6 +143,20 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
         )
         for row in rows
     ]
+
+
+def next_due(queues: Sequence[str] | None) -> float | None:
+    """Seconds until the next ``ready`` job of ``queues`` (``None``: every queue) becomes due.
+
+    By the database clock, from the jobs not due yet: ``None`` when there is
+    none. Jobs due already are left out, since a claim just passed them by
+    (locked by another worker, or waiting behind their serial key). One
+    read, served by the ready index.
+    """
+    params = {"queues": list(queues) if queues is not None else None}
+    rows = sql.run(queue_connection(), "next_due", params)
+    seconds = rows[0][0] if rows else None
+    return None if seconds is None else max(0.0, float(seconds))
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django_dbqueue import durations
+
+#: The keys of a ``RETRY`` setting, in ``DBQUEUE`` and in a ``TASKS`` backend's ``OPTIONS``
+#: alike: the fields of ``Backoff``, each optional.
+RETRY_KEYS = ("base", "factor", "cap")
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,14 @@ class Backoff:
         """A jittered delay in seconds, uniform in ``[d / 2, d]``."""
         ceiling = self.ceiling(attempt)
         return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def retry_problem(retry: object) -> str | None:
+    """What is wrong with a ``RETRY`` setting (a dict of ``RETRY_KEYS``), or ``None``."""
+    if not isinstance(retry, dict) or not set(retry) <= set(RETRY_KEYS):
+        return f"it must be a dict with keys among {list(RETRY_KEYS)}"
+    try:
+        replace(Backoff(), **retry)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None

@@ -82,6 +82,13 @@ def execute(
     it writes and announces it. Never raises for task failures, nor for a
     failing signal receiver.
     """
+    signals.job_started.send_robust(
+        sender=Job,
+        lease=lease,
+        job_id=lease.job_id,
+        attempt=lease.attempt,
+        leased_at=lease.leased_at,
+    )
     context = context or JobContext(lease)
     started = time.monotonic()
     outcome, code = _attempt(lease, context, hand_over, started)

@@ -169,7 +169,7 @@ class Worker:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
             if len(claimed) < wanted:
-                self._wait(self.wake, self.poll_interval)
+                self._wait(self.wake, self._idle_wait(survival))
 
     def _wait(self, event: threading.Event, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for ``event``, asking the watchdog every ``TICK``."""
@@ -178,6 +178,20 @@ class Worker:
             if event.wait(min(remaining, TICK)):
                 return
             self._check_health()
+
+    def _idle_wait(self, survival: Survival) -> float:
+        """How long to wait after a short claim: until the next job is due, at most a poll.
+
+        A job scheduled 1 s ahead (``delay``, ``run_at``, a retry's backoff) so
+        starts about 1 s later, not at the next poll. A look-up that fails is
+        the claim loop's failure (``survival``): logged, and waited out for at
+        most a poll interval.
+        """
+        try:
+            due = leases.next_due(self.queues)
+        except Exception as exc:  # noqa: BLE001 - the claim loop's survival guard, as for claims.
+            return survival.failed(exc, cap=self.poll_interval)
+        return self.poll_interval if due is None else min(self.poll_interval, due)
 
     def _check_health(self) -> None:
         """Ask the watchdog, once a ``TICK`` at most; raises ``WorkerBroken`` on its word."""

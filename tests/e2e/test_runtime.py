@@ -430,6 +430,22 @@ def test_bad_options_raise_command_error(
         assert "DBQUEUE['QUEUES']" in message
 
 
+def test_a_worker_with_eager_mode_on_is_a_command_error(settings: Settings) -> None:
+    settings.DBQUEUE = {**settings.DBQUEUE, "EAGER": True}
+
+    with pytest.raises(CommandError, match=r"DBQUEUE\['EAGER'\] is on.*for tests"):
+        call_command("runworkers", "--burst")
+
+
+@pytest.mark.parametrize("worker_id", ["w" * 256, ""], ids=["256-characters", "empty"])
+def test_a_worker_id_the_column_cannot_hold_is_a_command_error(worker_id: str) -> None:
+    # --burst: were the option wrongly accepted, the command would run and fail at its claim.
+    with pytest.raises(CommandError, match=r"--worker-id must be 1-255 characters") as error:
+        call_command("runworkers", "--burst", "--worker-id", worker_id)
+
+    assert f"not {len(worker_id)}" in str(error.value)
+
+
 @e2e_db
 def test_job_whose_task_module_was_deleted_is_dead_task_not_found_and_the_worker_continues(
     start_worker: StartWorker,

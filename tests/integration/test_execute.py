@@ -14,7 +14,7 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from django_dbqueue import JobContext, leases
+from django_dbqueue import JobContext, leases, signals
 from django_dbqueue.durations import MAX_DELAY
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
@@ -645,3 +645,66 @@ class TestOutcomeLog:
         execute(lease_a)
         (line,) = outcome_lines(caplog)
         assert (line["id"], line["attempt"], line["outcome"]) == (str(job.pk), "1/5", "lease_lost")
+
+
+@pytest.mark.django_db
+class TestJobStarted:
+    """``signals.job_started``: sent when an attempt begins, before the task runs."""
+
+    @pytest.fixture
+    def started(self) -> Iterator[list[dict[str, Any]]]:
+        seen: list[dict[str, Any]] = []
+
+        def record(sender: type[Job], **kwargs: Any) -> None:
+            kwargs.pop("signal")
+            seen.append({"sender": sender, "calls_so_far": list(tasks.CALLS), **kwargs})
+
+        signals.job_started.connect(record, weak=False, dispatch_uid="test-job-started")
+        yield seen
+        signals.job_started.disconnect(dispatch_uid="test-job-started")
+
+    def test_sent_before_the_task_runs_with_job_attempt_and_lease_time(
+        self, started: list[dict[str, Any]]
+    ) -> None:
+        job = tasks.send_invoice.enqueue(7)
+        lease = claim(job)
+
+        assert execute(lease) is Outcome.SUCCEEDED
+
+        job.refresh_from_db()
+        (sent,) = started
+        assert sent["sender"] is Job
+        assert sent["calls_so_far"] == []
+        assert (sent["lease"], sent["job_id"], sent["attempt"]) == (lease, job.pk, 1)
+        assert job.started_at is not None
+        assert abs(sent["leased_at"] - job.started_at) < timedelta(seconds=0.01)
+
+    def test_sent_for_every_attempt_even_one_that_cannot_run(
+        self, started: list[dict[str, Any]]
+    ) -> None:
+        job = tasks.asks_retry.enqueue(0)
+        execute(claim(job))
+        execute(claim(job))
+        missing = JobFactory(task="tests.tasks.no_such_task", queue="other")
+        execute(claim(missing))
+
+        assert [(sent["job_id"], sent["attempt"]) for sent in started] == [
+            (job.pk, 1),
+            (job.pk, 2),
+            (missing.pk, 1),
+        ]
+
+    def test_a_receiver_that_raises_does_not_disturb_the_attempt(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def broken(**_: Any) -> None:
+            raise RuntimeError("the APM agent is down")
+
+        signals.job_started.connect(broken, weak=False, dispatch_uid="test-broken")
+        try:
+            job = tasks.noop.enqueue()
+            with caplog.at_level(logging.ERROR, logger="django.dispatch"):
+                assert execute(claim(job)) is Outcome.SUCCEEDED
+        finally:
+            signals.job_started.disconnect(dispatch_uid="test-broken")
+        assert "the APM agent is down" in caplog.text

@@ -505,3 +505,44 @@ class TestOperatorTransitions:
             dead.pk: JobState.DEAD,
         }
         assert Job.objects.get(pk=ready.pk).finished_at is not None
+
+
+@pytest.mark.django_db
+def test_next_due_is_none_without_ready_jobs_scheduled_later() -> None:
+    tasks.noop.enqueue()  # due now: a claim passed it by, so it is not waited for
+    JobFactory(running=True, run_at=timezone.now() + timedelta(minutes=5))
+
+    assert leases.next_due(None) is None
+    assert leases.next_due(["default"]) is None
+
+
+@pytest.mark.django_db
+def test_next_due_counts_seconds_to_the_earliest_scheduled_job_of_the_queues_served() -> None:
+    tasks.noop.using(delay=30).enqueue()
+    tasks.noop.using(delay=20, priority=-5).enqueue()
+    tasks.send_invoice.using(delay=10).enqueue(1)  # queue "mail"
+
+    default_due = leases.next_due(["default"])
+    every_due = leases.next_due(None)
+
+    # SQLite keeps timestamps to the millisecond: allow that much above the delay.
+    assert default_due is not None
+    assert 18 < default_due < 20.01
+    assert every_due is not None
+    assert 8 < every_due < 10.01
+    assert leases.next_due(["reports"]) is None
+
+
+@pytest.mark.django_db
+def test_claim_jobs_leases_only_the_named_ready_jobs_due_or_not() -> None:
+    later = tasks.noop.using(delay=600).enqueue()
+    other = tasks.noop.enqueue()
+
+    claimed = leases.claim_jobs([later.pk], "w1")
+
+    assert [(lease.job_id, lease.attempt, lease.lease_token) for lease in claimed] == [
+        (later.pk, 1, 1)
+    ]
+    assert Job.objects.get(pk=later.pk).state == JobState.RUNNING
+    assert Job.objects.get(pk=other.pk).state == JobState.READY
+    assert leases.claim_jobs([later.pk], "w1") == []

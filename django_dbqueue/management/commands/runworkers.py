@@ -17,6 +17,8 @@ from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from django_dbqueue.worker.watchdog import WorkerBroken
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO}
+#: The width of the job's ``worker_id`` column (``Job.worker_id``).
+WORKER_ID_LIMIT = 255
 
 
 class Command(BaseCommand):
@@ -86,6 +88,11 @@ class Command(BaseCommand):
 
     def worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         """Validate the command line; a mistake is a ``CommandError`` saying what to do."""
+        if conf.get().eager:
+            raise CommandError(
+                "DBQUEUE['EAGER'] is on, so every job runs in the process that enqueues it and "
+                "a worker would find nothing to do. EAGER is for tests: turn it off here."
+            )
         queues = options["queues"]
         allowed = conf.get().queues
         for queue in queues or ():
@@ -107,6 +114,12 @@ class Command(BaseCommand):
             value = options[flag[2:].replace("-", "_")]
             if value is not None and not durations.is_seconds(value, zero=zero):
                 raise CommandError(f"{flag} must be {durations.rule(zero=zero)}, not {value}.")
+        worker_id = options["worker_id"]
+        if worker_id is not None and not 1 <= len(worker_id) <= WORKER_ID_LIMIT:
+            raise CommandError(
+                f"--worker-id must be 1-{WORKER_ID_LIMIT} characters (the width of the job's "
+                f"worker_id column), not {len(worker_id)}. Pass a shorter name."
+            )
         if options["metrics_port"] is not None:
             check_metrics_available(options["metrics_port"])
         return WorkerOptions(
@@ -114,7 +127,7 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
             burst=options["burst"],
             max_jobs=options["max_jobs"],
-            worker_id=options["worker_id"],
+            worker_id=worker_id,
             poll_interval=options["poll_interval"],
             shutdown_timeout=options["shutdown_timeout"],
             reaper=options["reaper"],
