@@ -137,9 +137,11 @@ class DatabaseQueueBackend(BaseTaskBackend):
     ) -> TaskResult[Any, Any]:
         """Write the job in the current transaction of the queue's database; a READY result.
 
-        Raises ``InvalidTask`` for a task this backend cannot run and
-        ``InvalidJob`` (a ``ValueError``) for arguments that do not fit the
-        function or are not JSON, writing nothing. ``task_enqueued`` is sent
+        Raises ``InvalidTask`` for a task this backend cannot run, ``TypeError``
+        (``ArgumentNotJSON``, as the framework documents) for an argument of a
+        type JSON cannot hold, and ``InvalidJob`` (a ``ValueError``) for
+        arguments that do not fit the function or hold NaN or a NUL character;
+        each names the argument and writes nothing. ``task_enqueued`` is sent
         once the transaction commits (at once outside a transaction).
         """
         self.validate_task(task)

@@ -235,6 +235,17 @@ class TestEnqueue:
             backend_tasks.add.enqueue(1, object())
         assert not Job.objects.exists()
 
+    def test_arguments_of_a_type_json_cannot_hold_raise_type_error_naming_them(
+        self, backend: DatabaseQueueBackend
+    ) -> None:
+        """As the framework documents (and its backends do): ``TypeError``, nothing written."""
+        when = timezone.now()
+        with pytest.raises(TypeError, match=r"argument 'b' is not JSON.*datetime"):
+            backend_tasks.add.enqueue(1, b=when)
+        with pytest.raises(TypeError, match=r"argument 0 is not JSON.*datetime"):
+            async_to_sync(backend_tasks.add.aenqueue)(when, 2)
+        assert not Job.objects.exists()
+
     def test_arguments_must_fit_the_function(self, backend: DatabaseQueueBackend) -> None:
         with pytest.raises(InvalidJob, match="do not fit"):
             backend_tasks.add.enqueue(1, 2, 3)
