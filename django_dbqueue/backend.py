@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
@@ -209,9 +210,9 @@ class DatabaseQueueBackend(BaseTaskBackend):
     def task_of(self, job: Job) -> Task[Any, Any]:
         """The framework ``Task`` of ``job``; ``TaskResultDoesNotExist`` when it does not import.
 
-        It carries the job's priority, queue and ``run_at``, unless those no
-        longer pass validation (``QUEUES`` changed since the enqueue): then it
-        is the task as declared, so the job still runs and reports.
+        It carries the job's priority, queue and ``run_after`` (``run_after_of``),
+        unless those no longer pass validation (``QUEUES`` changed since the
+        enqueue): then it is the task as declared, so the job still runs and reports.
         """
         try:
             found = load_framework_task(job.task)
@@ -221,7 +222,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
             return found.using(
                 priority=job.priority,
                 queue_name=job.queue,
-                run_after=job.run_at,
+                run_after=run_after_of(job),
                 backend=self.alias,
             )
         except InvalidTask:
@@ -352,6 +353,19 @@ def check_arguments(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any
 def load_framework_task(path: str) -> Task[Any, Any]:
     """The framework ``Task`` at ``path``; ``TaskNotFound`` when there is none."""
     return import_task(path, Task, "a django.tasks Task")
+
+
+def run_after_of(job: Job) -> datetime | None:
+    """The ``run_after`` of ``job``'s task: ``None`` ("not constrained") when enqueued without one.
+
+    The row keeps no copy of the ``run_after`` asked for (that needs a column),
+    so it is read from ``run_at``: one statement sets ``run_at`` and
+    ``created_at`` from the same clock reading when no time is asked for, and
+    to the time asked for otherwise. That is exact until the job is made due
+    again (a retry, a release at shutdown, an operator's requeue or "run now"):
+    from then on the new ``run_at``, the earliest the job runs, is reported.
+    """
+    return None if job.run_at == job.created_at else job.run_at
 
 
 def task_error(entry: dict[str, Any]) -> TaskError:

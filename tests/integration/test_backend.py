@@ -301,6 +301,29 @@ class TestGetResult:
         assert (result.task.priority, result.task.queue_name) == (7, "default")
         assert result.task.run_after == later
 
+    def test_run_after_is_none_when_the_task_was_enqueued_without_it(
+        self, backend: DatabaseQueueBackend
+    ) -> None:
+        """``None`` means "not constrained", as the framework documents."""
+        enqueued = backend_tasks.add.enqueue(1, 2)
+        assert enqueued.task.run_after is None
+        assert backend.get_result(enqueued.id).task.run_after is None
+
+    @pytest.mark.parametrize(
+        "run_after",
+        [None, timedelta(minutes=5), -timedelta(minutes=5)],
+        ids=["not-deferred", "deferred", "run_after-in-the-past"],
+    )
+    def test_enqueue_returns_the_result_get_result_reads(
+        self, backend: DatabaseQueueBackend, run_after: timedelta | None
+    ) -> None:
+        task = backend_tasks.add.using(priority=3)
+        if run_after is not None:
+            task = task.using(run_after=timezone.now() + run_after)
+        enqueued = task.enqueue(1, b=2)
+        assert backend.get_result(enqueued.id) == enqueued
+        assert backend.get_result(enqueued.id).task == task
+
     def test_result_of_a_running_job(self, backend: DatabaseQueueBackend) -> None:
         result_id = backend_tasks.add.enqueue(1, 2).id
         (lease,) = leases.claim(None, "wa", 1)
