@@ -58,12 +58,17 @@ else:
         from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
         from django.tasks.signals import task_enqueued, task_finished, task_started
     except ImportError:  # Django 5.2: the django-tasks backport has the same API.
+        from django_tasks import exceptions as backport_exceptions
         from django_tasks import task_backends
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued, task_finished, task_started
+
+        # Releases up to 0.12 call it InvalidTaskError; later ones InvalidTask, as Django 6.
+        InvalidTask = getattr(backport_exceptions, "InvalidTask", None) or (
+            backport_exceptions.InvalidTaskError
+        )
 
 #: Keys a backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
 OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")

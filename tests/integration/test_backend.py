@@ -7,6 +7,9 @@ in ``tests/e2e/test_backend_worker.py``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -107,6 +110,38 @@ def test_the_shim_uses_django_tasks_when_django_has_it() -> None:
     package = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
     assert dbqueue_backend.TaskResult.__module__ == f"{package}.base"
     assert backend_tasks.add.__class__.__module__ == f"{package}.base"
+
+
+#: Run in a fresh interpreter: the backport as its next release names it (``InvalidTask``,
+#: as Django 6 does; ``InvalidTaskError`` gone), then the backend's import shim.
+RENAMED_BACKPORT = """
+import django
+django.setup()
+import django_tasks.backends.base, django_tasks.exceptions as exceptions
+exceptions.InvalidTask = exceptions.InvalidTaskError
+del exceptions.InvalidTaskError
+from django_dbqueue import backend
+assert backend.InvalidTask is exceptions.InvalidTask
+print("imported")
+"""
+
+
+@pytest.mark.skipif(django.VERSION >= (6, 0), reason="Django 6 has django.tasks: no backport")
+def test_the_shim_imports_the_backports_invalid_task_by_either_name() -> None:
+    from django_tasks import exceptions
+
+    assert dbqueue_backend.InvalidTask is (
+        getattr(exceptions, "InvalidTask", None) or exceptions.InvalidTaskError
+    )
+    renamed = subprocess.run(
+        [sys.executable, "-c", RENAMED_BACKPORT],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert renamed.stdout.strip() == "imported", renamed.stderr
 
 
 @pytest.mark.parametrize(
