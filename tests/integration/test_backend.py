@@ -28,10 +28,7 @@ from django_dbqueue.backend import (
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
-    task_backends,
-    task_enqueued,
     task_finished,
-    task_started,
     task_status,
 )
 from django_dbqueue.errors import BAD_ARGUMENTS, LEASE_EXPIRED, TASK_NOT_FOUND
@@ -43,51 +40,7 @@ from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import backend_tasks, tasks
 from tests.factories import JobFactory
 
-BACKEND = "django_dbqueue.backend.DatabaseQueueBackend"
-
 Configure = Callable[..., DatabaseQueueBackend]
-
-
-@pytest.fixture
-def configure(settings: Any) -> Configure:
-    """``configure(queues=[...], MAX_ATTEMPTS=1, ...)`` sets ``TASKS`` and returns the backend."""
-
-    def set_tasks(queues: list[str] | None = None, **options: Any) -> DatabaseQueueBackend:
-        settings.TASKS = {
-            "default": {"BACKEND": BACKEND, "QUEUES": queues or [], "OPTIONS": options}
-        }
-        found = task_backends["default"]
-        assert isinstance(found, DatabaseQueueBackend)
-        return found
-
-    return set_tasks
-
-
-@pytest.fixture
-def backend(configure: Configure) -> DatabaseQueueBackend:
-    """The default backend, failing jobs dead at once (one attempt)."""
-    return configure(MAX_ATTEMPTS=1)
-
-
-@pytest.fixture
-def framework_signals() -> Iterator[list[tuple[str, str, str]]]:
-    """``(signal, result id, status)`` for every framework signal sent, in order."""
-    seen: list[tuple[str, str, str]] = []
-    receivers = []
-    for name, signal in (
-        ("enqueued", task_enqueued),
-        ("started", task_started),
-        ("finished", task_finished),
-    ):
-
-        def record(sender: type, task_result: Any, _name: str = name, **_: Any) -> None:
-            seen.append((_name, task_result.id, str(task_result.status)))
-
-        signal.connect(record, weak=False)
-        receivers.append((signal, record))
-    yield seen
-    for signal, record in receivers:
-        signal.disconnect(record)
 
 
 def run_worker(worker_id: str = "wa", concurrency: int = 1) -> Worker:
