@@ -71,11 +71,12 @@ def execute(
     Success stores the JSON result; ``Retry`` and ordinary exceptions retry
     with backoff while the budget lasts; ``PermanentError``, ``give_up_on``
     types, an unimportable task (``TASK_NOT_FOUND``), arguments that do not
-    bind (``BAD_ARGUMENTS``) and a non-JSON result (``RESULT_NOT_SERIALIZABLE``)
-    make the job dead. An outcome the database cannot take (connection lost)
-    is retried while the lease may live, then left to the reaper. ``context``
-    lets the caller (the heartbeat) signal a lost lease; one is made when not
-    given. Once an outcome is written, it is announced (``announce``).
+    bind (``BAD_ARGUMENTS``) and a non-JSON result (``RESULT_NOT_SERIALIZABLE``,
+    recorded as the error serialising raised) make the job dead. An outcome
+    the database cannot take (connection lost) is retried while the lease may
+    live, then left to the reaper. ``context`` lets the caller (the heartbeat)
+    signal a lost lease; one is made when not given. Once an outcome is
+    written, it is announced (``announce``).
 
     With ``hand_over`` (the worker's batching completer) a success is handed
     over instead of written here, and ``HANDED_OVER`` returned: whoever took
@@ -146,7 +147,9 @@ def _attempt(
             return Outcome.HANDED_OVER, ""
         encoded = leases.encode_result(lease, result)
     except leases.ResultNotSerializable as exc:
-        return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
+        # Recorded as what serialising raised (TypeError, ValueError), as django.tasks does.
+        info = ErrorInfo.from_exception(exc.__cause__ or exc, RESULT_NOT_SERIALIZABLE)
+        return _give_up(context, info)
     completed = _write(
         context, lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
     )

@@ -199,6 +199,22 @@ class TestResults:
         else:
             assert result.return_value == returned
 
+    def test_a_return_value_json_cannot_hold_fails_with_the_type_error_serialising_raised(
+        self, configure: Configure
+    ) -> None:
+        """Dead at once, budget or not: the same call would return the same kind of value."""
+        configure(MAX_ATTEMPTS=3)
+        result = backend_tasks.returns_a_datetime.enqueue()
+        run_worker()
+        result.refresh()
+        assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+        (error,) = result.errors
+        assert error.exception_class is TypeError
+        assert error.traceback.startswith("Traceback (most recent call last)")
+        assert error.traceback.rstrip().endswith(
+            "TypeError: Object of type datetime is not JSON serializable"
+        )
+
     def test_a_coroutine_task_runs_to_its_result(self, backend: DatabaseQueueBackend) -> None:
         result = async_to_sync(backend_tasks.async_add.aenqueue)(40, 2)
         run_worker()
