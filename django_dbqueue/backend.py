@@ -452,9 +452,16 @@ def backend_named(alias: str | None) -> DatabaseQueueBackend:
     return backend
 
 
-def send_task_finished(lease: Lease, **_: Any) -> None:
-    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result."""
-    if lease.backend is None:
+def send_task_finished(lease: Lease, outcome: str, **_: Any) -> None:
+    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result.
+
+    Sent once per job, when its result is final (``SUCCESSFUL`` or ``FAILED``):
+    an attempt that will be retried (``outcome="retried"``) sends nothing. The
+    worker announces a failure inside the handler of its exception, so
+    ``task_finished`` receivers find it in ``sys.exc_info()``, as Django's own
+    receiver expects.
+    """
+    if lease.backend is None or outcome == "retried":
         return
     try:
         backend = backend_named(lease.backend)

@@ -11,11 +11,14 @@ rules (queues, OPTIONS, checks) are in ``test_backend.py``.
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+import django
 import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
@@ -42,6 +45,9 @@ except ImportError:  # Django 5.2: the django-tasks backport.
     from django_tasks.exceptions import TaskResultMismatch  # type: ignore[no-redef]
 
 Configure = Callable[..., DatabaseQueueBackend]
+
+#: The logger of the framework's own signal receivers.
+FRAMEWORK_LOGGER = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
 
 
 def module_level(a: int) -> int:
@@ -282,6 +288,101 @@ class TestSignals:
             ("started", DatabaseQueueBackend, result.id, "RUNNING"),
             ("finished", DatabaseQueueBackend, result.id, "SUCCESSFUL"),
         ]
+
+    def test_task_finished_receivers_see_the_exception_that_failed_the_task(
+        self, backend: DatabaseQueueBackend
+    ) -> None:
+        """Django's receiver relies on it: the signal is sent inside the exception handler."""
+        handled: dict[str, type[BaseException] | None] = {}
+
+        def record(sender: type, task_result: Any, **_: Any) -> None:
+            handled[str(task_result.status)] = sys.exc_info()[0]
+
+        task_finished.connect(record, weak=False)
+        try:
+            backend_tasks.fail.enqueue("card declined")
+            backend_tasks.add.enqueue(1, 2)
+            run_worker()
+        finally:
+            task_finished.disconnect(record)
+        assert handled == {"FAILED": ValueError, "SUCCESSFUL": None}
+
+    def test_djangos_own_receiver_logs_the_failure_with_its_traceback(
+        self, backend: DatabaseQueueBackend, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        result = backend_tasks.fail.enqueue("card declined")
+        with caplog.at_level(logging.INFO, logger=FRAMEWORK_LOGGER):
+            run_worker()
+        (record,) = [
+            r
+            for r in caplog.records
+            if r.name == FRAMEWORK_LOGGER and "state=FAILED" in r.getMessage()
+        ]
+        assert f"id={result.id}" in record.getMessage()
+        assert record.exc_info is not None
+        assert record.exc_info[0] is ValueError
+        assert "NoneType: None" not in caplog.text
+        assert "ValueError: card declined" in caplog.text
+
+    @pytest.mark.parametrize(
+        ("make", "final"),
+        [
+            (lambda: backend_tasks.fail_first_attempt.enqueue("x"), "SUCCESSFUL"),
+            (lambda: backend_tasks.fail.enqueue("down"), "FAILED"),
+        ],
+        ids=["retried-then-successful", "budget-spent"],
+    )
+    def test_task_finished_is_sent_once_per_task_when_its_result_is_final(
+        self,
+        configure: Configure,
+        framework_signals: list[tuple[str, str, str]],
+        make: Callable[[], Any],
+        final: str,
+    ) -> None:
+        configure(MAX_ATTEMPTS=2, RETRY={"base": 600, "cap": 600})
+        result = make()
+        run_worker()
+        make_due(result.id)
+        run_worker()
+        assert [(name, status) for name, _, status in framework_signals] == [
+            ("enqueued", "READY"),
+            ("started", "RUNNING"),
+            ("started", "RUNNING"),
+            ("finished", final),
+        ]
+
+
+@pytest.mark.django_db(transaction=True)
+class TestBaseExceptions:
+    """``sys.exit()`` and ``KeyboardInterrupt`` in a task: a failure like any other."""
+
+    @pytest.mark.parametrize(
+        ("make", "raised", "last_line"),
+        [
+            (lambda: backend_tasks.exits.enqueue(3), SystemExit, "SystemExit: 3"),
+            (lambda: backend_tasks.interrupts.enqueue(), KeyboardInterrupt, "KeyboardInterrupt"),
+        ],
+        ids=["sys.exit", "KeyboardInterrupt"],
+    )
+    def test_the_task_fails_with_that_exception_and_its_traceback(
+        self,
+        backend: DatabaseQueueBackend,
+        framework_signals: list[tuple[str, str, str]],
+        make: Callable[[], Any],
+        raised: type[BaseException],
+        last_line: str,
+    ) -> None:
+        result = make()
+        after = backend_tasks.add.enqueue(1, 2)
+        run_worker()
+        result.refresh()
+        assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+        (error,) = result.errors
+        assert error.exception_class is raised
+        assert error.traceback.startswith("Traceback (most recent call last)")
+        assert error.traceback.rstrip().endswith(last_line)
+        assert ("finished", result.id, "FAILED") in framework_signals
+        assert backend.get_result(after.id).return_value == 3  # the worker went on
 
 
 @pytest.mark.django_db(transaction=True)
