@@ -514,21 +514,6 @@ class TestWorkerRunsFrameworkTasks:
             ("finished", bad.id, "FAILED"),
         ]
 
-    def test_each_attempt_sends_started_and_only_the_final_one_finished(
-        self, configure: Configure, framework_signals: list[tuple[str, str, str]]
-    ) -> None:
-        configure(MAX_ATTEMPTS=2, RETRY={"base": 600, "cap": 600})
-        enqueued = backend_tasks.fail_first_attempt.enqueue("x")
-        run_worker()
-        make_due(enqueued.id)
-        run_worker()
-        assert [(name, status) for name, _, status in framework_signals] == [
-            ("enqueued", "READY"),
-            ("started", "RUNNING"),
-            ("started", "RUNNING"),
-            ("finished", "SUCCESSFUL"),
-        ]
-
     def test_a_failing_task_finished_receiver_does_not_disturb_the_worker(
         self, backend: DatabaseQueueBackend, caplog: pytest.LogCaptureFixture
     ) -> None:
