@@ -593,6 +593,32 @@ class TestJobFinishedSignal:
         assert execute(lease) is Outcome.SUCCEEDED
         assert finished == [(job.pk, "succeeded")]
 
+    @pytest.mark.parametrize(
+        ("enqueue", "outcome", "raised"),
+        [
+            (lambda: tasks.flaky.enqueue("down"), "retried", ConnectionError),
+            (lambda: tasks.permanent.enqueue(), "dead", PermanentError),
+            (lambda: tasks.noop.enqueue(), "succeeded", None),
+        ],
+        ids=["retried", "dead", "succeeded"],
+    )
+    def test_a_failed_attempt_is_announced_inside_the_handler_of_its_exception(
+        self, enqueue: Callable[[], Job], outcome: str, raised: type[BaseException] | None
+    ) -> None:
+        handled: list[tuple[str, type[BaseException] | None]] = []
+
+        def record(outcome: str, **_: Any) -> None:
+            handled.append((outcome, sys.exc_info()[0]))
+
+        signals.job_finished.connect(record, weak=False)
+        try:
+            enqueue()
+            (lease,) = leases.claim(None, "wa", 1)
+            execute(lease)
+        finally:
+            signals.job_finished.disconnect(record)
+        assert handled == [(outcome, raised)]
+
     def test_not_sent_when_the_lease_was_lost(self, finished: list[tuple[int, str]]) -> None:
         tasks.noop.enqueue()
         (lease,) = leases.claim(None, "wa", 1)
