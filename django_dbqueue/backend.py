@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
@@ -57,12 +58,17 @@ else:
         from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
         from django.tasks.signals import task_enqueued, task_finished, task_started
     except ImportError:  # Django 5.2: the django-tasks backport has the same API.
+        from django_tasks import exceptions as backport_exceptions
         from django_tasks import task_backends
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued, task_finished, task_started
+
+        # Releases up to 0.12 call it InvalidTaskError; later ones InvalidTask, as Django 6.
+        InvalidTask = getattr(backport_exceptions, "InvalidTask", None) or (
+            backport_exceptions.InvalidTaskError
+        )
 
 #: Keys a backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
 OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")
@@ -137,9 +143,11 @@ class DatabaseQueueBackend(BaseTaskBackend):
     ) -> TaskResult[Any, Any]:
         """Write the job in the current transaction of the queue's database; a READY result.
 
-        Raises ``InvalidTask`` for a task this backend cannot run and
-        ``InvalidJob`` (a ``ValueError``) for arguments that do not fit the
-        function or are not JSON, writing nothing. ``task_enqueued`` is sent
+        Raises ``InvalidTask`` for a task this backend cannot run, ``TypeError``
+        (``ArgumentNotJSON``, as the framework documents) for an argument of a
+        type JSON cannot hold, and ``InvalidJob`` (a ``ValueError``) for
+        arguments that do not fit the function or hold NaN or a NUL character;
+        each names the argument and writes nothing. ``task_enqueued`` is sent
         once the transaction commits (at once outside a transaction).
         """
         self.validate_task(task)
@@ -207,9 +215,9 @@ class DatabaseQueueBackend(BaseTaskBackend):
     def task_of(self, job: Job) -> Task[Any, Any]:
         """The framework ``Task`` of ``job``; ``TaskResultDoesNotExist`` when it does not import.
 
-        It carries the job's priority, queue and ``run_at``, unless those no
-        longer pass validation (``QUEUES`` changed since the enqueue): then it
-        is the task as declared, so the job still runs and reports.
+        It carries the job's priority, queue and ``run_after`` (``run_after_of``),
+        unless those no longer pass validation (``QUEUES`` changed since the
+        enqueue): then it is the task as declared, so the job still runs and reports.
         """
         try:
             found = load_framework_task(job.task)
@@ -219,7 +227,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
             return found.using(
                 priority=job.priority,
                 queue_name=job.queue,
-                run_after=job.run_at,
+                run_after=run_after_of(job),
                 backend=self.alias,
             )
         except InvalidTask:
@@ -352,6 +360,19 @@ def load_framework_task(path: str) -> Task[Any, Any]:
     return import_task(path, Task, "a django.tasks Task")
 
 
+def run_after_of(job: Job) -> datetime | None:
+    """The ``run_after`` of ``job``'s task: ``None`` ("not constrained") when enqueued without one.
+
+    The row keeps no copy of the ``run_after`` asked for (that needs a column),
+    so it is read from ``run_at``: one statement sets ``run_at`` and
+    ``created_at`` from the same clock reading when no time is asked for, and
+    to the time asked for otherwise. That is exact until the job is made due
+    again (a retry, a release at shutdown, an operator's requeue or "run now"):
+    from then on the new ``run_at``, the earliest the job runs, is reported.
+    """
+    return None if job.run_at == job.created_at else job.run_at
+
+
 def task_error(entry: dict[str, Any]) -> TaskError:
     """A history entry as a ``TaskError``; an expired lease reports ``LeaseLost``."""
     path = entry.get("exception") or (
@@ -431,9 +452,16 @@ def backend_named(alias: str | None) -> DatabaseQueueBackend:
     return backend
 
 
-def send_task_finished(lease: Lease, **_: Any) -> None:
-    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result."""
-    if lease.backend is None:
+def send_task_finished(lease: Lease, outcome: str, **_: Any) -> None:
+    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result.
+
+    Sent once per job, when its result is final (``SUCCESSFUL`` or ``FAILED``):
+    an attempt that will be retried (``outcome="retried"``) sends nothing. The
+    worker announces a failure inside the handler of its exception, so
+    ``task_finished`` receivers find it in ``sys.exc_info()``, as Django's own
+    receiver expects.
+    """
+    if lease.backend is None or outcome == "retried":
         return
     try:
         backend = backend_named(lease.backend)

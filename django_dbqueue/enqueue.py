@@ -15,7 +15,7 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 
 from django_dbqueue import conf, durations, jsontext, sql, wakeups
-from django_dbqueue.exceptions import DbQueueError, InvalidJob
+from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import (
     EnqueueOptions,
@@ -246,21 +246,34 @@ def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
 
 
 def encode_call(where: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """One call as JSON text; ``InvalidJob`` naming the argument JSON cannot hold.
+
+    An argument of a type JSON has no place for (a ``datetime``, a dict key that
+    is not a string) raises ``ArgumentNotJSON``, also a ``TypeError``, as
+    ``django.tasks`` documents; NaN, infinity, NUL characters and values nested
+    too deep a plain ``InvalidJob``.
+    """
     named = [(f"argument {i}", value) for i, value in enumerate(args)]
     named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
     for label, value in named:
         try:
             jsontext.check_argument(value)
         except (TypeError, ValueError) as exc:
-            raise InvalidJob(f"{where}: {label} {exc}.") from exc
+            raise refused(f"{where}: {label} {exc}.", exc) from exc
     try:
         return jsontext.dumps({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as exc:
         culprit = next((label for label, value in named if not is_json(value)), "an argument")
-        raise InvalidJob(
+        raise refused(
             f"{where}: {culprit} is not JSON-serializable ({exc}). Pass JSON values "
-            "(str, int, float, bool, None, list, dict), such as an id instead of an object."
+            "(str, int, float, bool, None, list, dict), such as an id instead of an object.",
+            exc,
         ) from exc
+
+
+def refused(message: str, exc: Exception) -> InvalidJob:
+    """The error for an argument JSON refused with ``exc``: ``ArgumentNotJSON`` for a type."""
+    return (ArgumentNotJSON if isinstance(exc, TypeError) else InvalidJob)(message)
 
 
 def is_json(value: object) -> bool:

@@ -18,6 +18,16 @@ class InvalidJob(DbQueueError, ValueError):
     """
 
 
+class ArgumentNotJSON(InvalidJob, TypeError):
+    """An enqueue call passed an argument of a type JSON cannot hold (a ``datetime``, say).
+
+    Both an ``InvalidJob`` and a ``TypeError``: the ``TypeError`` is what Django's
+    task framework documents for ``enqueue()`` with such an argument. A value JSON
+    cannot hold although its type is JSON (NaN, a NUL character) is a plain
+    ``InvalidJob``, a ``ValueError``.
+    """
+
+
 class LeaseLost(DbQueueError):
     """The worker no longer owns the job's lease.
 

@@ -9,7 +9,9 @@ tasks sit here too, for the async tests.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from django_dbqueue import PermanentError
@@ -57,6 +59,31 @@ def describe_context(context: TaskContext) -> dict[str, Any]:
         "worker_ids": result.worker_ids,
         "started": result.started_at is not None,
     }
+
+
+@task
+def returns_tuple(a: int, b: int) -> tuple[int, int]:
+    return (a, b)
+
+
+@task
+def returns_nothing() -> None:
+    return None
+
+
+@task
+def returns_a_datetime() -> datetime:
+    return datetime.now(tz=timezone.utc)
+
+
+@task
+def exits(code: int) -> None:
+    sys.exit(code)
+
+
+@task
+def interrupts() -> None:
+    raise KeyboardInterrupt
 
 
 @task

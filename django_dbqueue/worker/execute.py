@@ -71,11 +71,14 @@ def execute(
     Success stores the JSON result; ``Retry`` and ordinary exceptions retry
     with backoff while the budget lasts; ``PermanentError``, ``give_up_on``
     types, an unimportable task (``TASK_NOT_FOUND``), arguments that do not
-    bind (``BAD_ARGUMENTS``) and a non-JSON result (``RESULT_NOT_SERIALIZABLE``)
-    make the job dead. An outcome the database cannot take (connection lost)
-    is retried while the lease may live, then left to the reaper. ``context``
-    lets the caller (the heartbeat) signal a lost lease; one is made when not
-    given. Once an outcome is written, it is announced (``announce``).
+    bind (``BAD_ARGUMENTS``) and a non-JSON result (``RESULT_NOT_SERIALIZABLE``,
+    recorded as the error serialising raised) make the job dead. An outcome
+    the database cannot take (connection lost) is retried while the lease may
+    live, then left to the reaper. ``context`` lets the caller (the heartbeat)
+    signal a lost lease; one is made when not given. Once an outcome is
+    written, it is announced (``announce``); a failure is announced inside the
+    handler of its exception, so ``signals.job_finished`` receivers (the
+    ``django.tasks`` backend's ``task_finished``) find it in ``sys.exc_info()``.
 
     With ``hand_over`` (the worker's batching completer) a success is handed
     over instead of written here, and ``HANDED_OVER`` returned: whoever took
@@ -89,12 +92,7 @@ def execute(
         attempt=lease.attempt,
         leased_at=lease.leased_at,
     )
-    context = context or JobContext(lease)
-    started = time.monotonic()
-    outcome, code = _attempt(lease, context, hand_over, started)
-    if outcome is not Outcome.HANDED_OVER:
-        announce(lease, outcome, code, time.monotonic() - started)
-    return outcome
+    return _attempt(lease, context or JobContext(lease), hand_over, time.monotonic())
 
 
 def announce(lease: leases.Lease, outcome: Outcome, code: str, duration: float) -> None:
@@ -121,36 +119,46 @@ def announce(lease: leases.Lease, outcome: Outcome, code: str, duration: float) 
 
 def _attempt(
     lease: leases.Lease, context: JobContext, hand_over: HandOver | None, started: float
-) -> tuple[Outcome, str]:
+) -> Outcome:
+    # Each failure is announced inside its except clause, while sys.exc_info() holds it.
     try:
         task = runnable.resolve(lease.task, lease.backend)
     except TaskNotFound as exc:
-        return _give_up(context, ErrorInfo.from_exception(exc, TASK_NOT_FOUND))
+        info = ErrorInfo.from_exception(exc, TASK_NOT_FOUND)
+        return _announced(lease, started, *_give_up(context, info))
     try:
         job_call = task.prepare(lease, context)
     except TypeError as exc:
-        return _give_up(context, ErrorInfo.from_exception(exc, BAD_ARGUMENTS))
+        info = ErrorInfo.from_exception(exc, BAD_ARGUMENTS)
+        return _announced(lease, started, *_give_up(context, info))
     try:
         result = job_call()
     except LeaseLost:
-        return Outcome.LEASE_LOST, ""
+        return _announced(lease, started, Outcome.LEASE_LOST, "")
     except Retry as exc:
-        return _retry_requested(context, task, exc)
+        return _announced(lease, started, *_retry_requested(context, task, exc))
     # Task code may raise anything, SystemExit and CancelledError included: it is recorded on
     # the job as a failed attempt, and the slot goes on.
     except BaseException as exc:  # noqa: BLE001
-        return _failed(context, task, exc)
+        return _announced(lease, started, *_failed(context, task, exc))
     try:
         if hand_over is not None:
             hand_over(context, result, started)
-            return Outcome.HANDED_OVER, ""
+            return Outcome.HANDED_OVER
         encoded = leases.encode_result(lease, result)
     except leases.ResultNotSerializable as exc:
-        return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
+        # Recorded as what serialising raised (TypeError, ValueError), as django.tasks does.
+        info = ErrorInfo.from_exception(exc.__cause__ or exc, RESULT_NOT_SERIALIZABLE)
+        return _announced(lease, started, *_give_up(context, info))
     completed = _write(
         context, lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
     )
-    return completed, ""
+    return _announced(lease, started, completed, "")
+
+
+def _announced(lease: leases.Lease, started: float, outcome: Outcome, code: str) -> Outcome:
+    announce(lease, outcome, code, time.monotonic() - started)
+    return outcome
 
 
 def _failed(context: JobContext, task: Runnable, exc: BaseException) -> tuple[Outcome, str]:

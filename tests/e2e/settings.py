@@ -3,7 +3,8 @@
 They reach the test database through ``DATABASE_URL`` (set by the fixture) and
 take ``DBQUEUE`` overrides from ``DBQUEUE_OVERRIDES`` (JSON), so each test can
 shorten leases and intervals. ``DBQUEUE_INJECT_FAULT`` installs a fault into
-one worker thread (``tests.e2e.injected_faults``). Job logs go to stderr at INFO.
+one worker thread (``tests.e2e.injected_faults``). Job logs, and the task
+framework's, go to stderr at INFO.
 """
 
 from __future__ import annotations
@@ -28,5 +29,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_dbqueue": {"handlers": ["stderr"], "level": "INFO"}},
+    "loggers": {
+        "django_dbqueue": {"handlers": ["stderr"], "level": "INFO"},
+        # The task framework's own signal receivers: django.tasks (Django 6), the backport.
+        "django.tasks": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        "django_tasks": {"handlers": ["stderr"], "level": "INFO"},
+    },
 }

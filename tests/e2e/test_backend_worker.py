@@ -95,3 +95,26 @@ def test_async_jobs_waiting_for_each_other_finish_with_two_slots(
         (JobState.SUCCEEDED, "native-a"),
         (JobState.SUCCEEDED, "native-b"),
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sys_exit_in_a_task_fails_it_and_the_worker_logs_its_traceback(
+    start_worker: StartWorker,
+) -> None:
+    exited = backend_tasks.exits.enqueue(3)
+    added = backend_tasks.add.enqueue(1, 2)
+
+    worker = start_worker("--burst", "--concurrency", "1")
+    assert worker.wait() == 0, worker.log()
+
+    result = backend_tasks.exits.get_result(exited.id)
+    assert result.status == TaskResultStatus.FAILED, worker.log()
+    (error,) = result.errors
+    assert error.exception_class is SystemExit
+    assert error.traceback.rstrip().endswith("SystemExit: 3")
+    assert backend_tasks.add.get_result(added.id).return_value == 3
+    # The framework's own task_finished receiver logs the failure with its traceback.
+    log = worker.log()
+    assert f"Task id={exited.id} path=tests.backend_tasks.exits state=FAILED" in log
+    assert "NoneType: None" not in log
+    assert "SystemExit: 3" in log

@@ -871,6 +871,18 @@ def test_invalid_job_is_a_value_error() -> None:
     assert issubclass(InvalidJob, ValueError)
 
 
+@pytest.mark.django_db
+def test_an_argument_of_a_type_json_cannot_hold_is_invalid_job_and_type_error() -> None:
+    """``TypeError`` too, as ``json`` and ``django.tasks`` raise; a bad value stays a ValueError."""
+    with pytest.raises(InvalidJob, match="argument 0") as info:
+        echo.enqueue(timezone.now())
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(InvalidJob, match="argument 0") as info:
+        echo.enqueue(float("nan"))
+    assert not isinstance(info.value, TypeError)
+    assert not Job.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 class TestInvalidJob:
     @pytest.mark.parametrize(("bad_call", "message"), INVALID_CALLS)

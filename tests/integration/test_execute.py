@@ -517,6 +517,24 @@ class TestGiveUp:
         assert job.result is None
         assert job.finished_at is not None
 
+    @pytest.mark.parametrize(
+        ("task", "raised"),
+        [
+            (tasks.returns_unserializable, "builtins.TypeError"),
+            (execute_tasks.returns_nan, "builtins.ValueError"),
+        ],
+        ids=["module-object", "nan"],
+    )
+    def test_result_that_is_not_json_is_recorded_as_the_error_serialising_raised(
+        self, task: Any, raised: str
+    ) -> None:
+        job = task.enqueue()
+        assert execute(claim(job)) is Outcome.DEAD
+        job.refresh_from_db()
+        (entry,) = job.errors
+        assert (entry["code"], entry["exception"]) == (RESULT_NOT_SERIALIZABLE, raised)
+        assert job.last_error.rstrip().endswith(entry["message"])
+
 
 @pytest.mark.django_db
 class TestBounds:
