@@ -17,6 +17,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import flatten_fieldsets
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -27,7 +28,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_dbqueue import dashboard, leases, reaper
-from django_dbqueue.models import Job, JobState
+from django_dbqueue.models import TERMINAL_STATES, Job, JobState
 
 STATE_COLOURS = {
     JobState.READY: "#1565c0",
@@ -122,6 +123,25 @@ class JobAdmin(ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         """Actions may change jobs; nobody edits a job's fields by hand (read-only page)."""
         return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        """Only terminal jobs may be deleted: a ready or running job's page offers no Delete."""
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or obj.state in TERMINAL_STATES)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The job actions, without the site-wide ``delete_selected`` (it ignores state)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        """Delete through ``reaper.delete_finished``: a job requeued meanwhile is kept (403)."""
+        if not reaper.delete_finished([obj.pk]):
+            raise PermissionDenied(f"Job {obj.pk} is no longer finished; it was not deleted.")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        reaper.delete_finished(queryset.values_list("pk", flat=True))
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         """Requeue changes state (change permission) and grants attempts (``requeue_job``)."""

@@ -526,3 +526,40 @@ class TestPermissions:
         post_action(client, "cancel_ready", [ready])
         assert state_of(ready) == JobState.READY
         assert log_entries(ready) == []
+
+
+# --- deletion --------------------------------------------------------------------------------
+
+
+def delete_url(job: Job) -> str:
+    return reverse("admin:django_dbqueue_job_delete", args=[job.pk])
+
+
+class TestDeletion:
+    def test_site_wide_delete_selected_is_not_offered_and_deletes_nothing(
+        self, admin_client: Client, mixed: dict[str, Job]
+    ) -> None:
+        assert "delete_selected" not in action_names(admin_client)
+        post_action(admin_client, "delete_selected", mixed.values(), post="yes")
+        assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in mixed.values()}
+
+    @pytest.mark.parametrize("name", ["ready", "later", "running"])
+    def test_a_live_jobs_page_has_no_delete_and_its_delete_view_refuses(
+        self, admin_client: Client, mixed: dict[str, Job], name: str
+    ) -> None:
+        live = mixed[name]
+        assert delete_url(live) not in admin_client.get(change_url(live)).content.decode()
+        assert admin_client.get(delete_url(live)).status_code == 403
+        assert admin_client.post(delete_url(live), {"post": "yes"}).status_code == 403
+        assert state_of(live) == live.state
+
+    @pytest.mark.parametrize("name", ["dead", "succeeded"])
+    def test_a_finished_jobs_page_deletes_it_and_logs_it(
+        self, admin_client: Client, admin_user: User, mixed: dict[str, Job], name: str
+    ) -> None:
+        finished = mixed[name]
+        assert delete_url(finished) in admin_client.get(change_url(finished)).content.decode()
+        response = admin_client.post(delete_url(finished), {"post": "yes"})
+        assert response.status_code == 302
+        assert not Job.objects.filter(pk=finished.pk).exists()
+        assert_logged([finished], admin_user, DELETION, "")
