@@ -232,13 +232,7 @@ class JobAdmin(ModelAdmin):
     def requeue_dead(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         form = RequeueForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            extra = form.cleaned_data["extra_attempts"]
-            self._apply(
-                request,
-                queryset,
-                lambda ids: leases.requeue(ids, extra, actor=request.user.get_username()),
-                f"Requeued with {extra} more attempt(s)",
-            )
+            self._requeue(request, queryset, form.cleaned_data["extra_attempts"])
             return None
         context = {
             **self.admin_site.each_context(request),
@@ -252,6 +246,24 @@ class JobAdmin(ModelAdmin):
             "action": "requeue_dead",
         }
         return TemplateResponse(request, "admin/django_dbqueue/job/requeue_dead.html", context)
+
+    def _requeue(self, request: HttpRequest, queryset: QuerySet[Job], extra: int) -> None:
+        """Requeue via ``leases.requeue_report``; name the jobs kept dead for their dedupe key."""
+        duplicates: list[int] = []
+
+        def requeue(ids: Iterable[int]) -> list[int]:
+            result = leases.requeue_report(ids, extra, actor=request.user.get_username())
+            duplicates.extend(result.duplicates)
+            return result.requeued
+
+        self._apply(request, queryset, requeue, f"Requeued with {extra} more attempt(s)")
+        if duplicates:
+            self.message_user(
+                request,
+                f"Not requeued, because another job with the same task and dedupe key is "
+                f"active or was requeued first: {', '.join(map(str, sorted(duplicates)))}.",
+                messages.WARNING,
+            )
 
     @admin.action(description="Cancel ready jobs", permissions=["change"])
     def cancel_ready(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -18,19 +18,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from django_dbqueue import conf, jsontext, runnable, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
-from django_dbqueue.models import JobState
+from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import TaskNotFound
 
 log = logging.getLogger(__name__)
 
 #: Jobs the reaper handles in one transaction.
 REAP_BATCH = 100
+
+#: Runs of the requeue statement before a dedupe-key conflict with concurrent writers is raised.
+REQUEUE_TRIES = 3
 
 #: Rotates which queue goes first when a claim serves several.
 _turns = itertools.count()
@@ -318,20 +321,67 @@ def _record_failures(
     return [(job_id, state) for job_id, state in settled]
 
 
+@dataclass(frozen=True)
+class RequeueResult:
+    """What one ``requeue_report`` did.
+
+    ``requeued``: the dead jobs made ready. ``duplicates``: dead jobs left dead
+    because another job with their ``(task, dedupe_key)`` is active, or was
+    requeued by the same call (the lowest id of those selected wins).
+    """
+
+    requeued: list[int]
+    duplicates: list[int]
+
+
 def requeue(job_ids: Iterable[int], extra_attempts: int, actor: str) -> list[int]:
+    """Give dead jobs ``extra_attempts`` more attempts and make them due now; return their ids.
+
+    ``requeue_report`` without the report of the jobs skipped for their dedupe key.
+    """
+    return requeue_report(job_ids, extra_attempts, actor).requeued
+
+
+def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> RequeueResult:
     """Give dead jobs ``extra_attempts`` more attempts and make them due now.
 
     Only ``dead`` jobs change; workers are woken when the transaction
     commits. Each keeps its id (so its idempotency key), attempts, dedupe key
-    and error history. A job whose dedupe key an active job now holds is
-    skipped. Returns the ids requeued; ``actor`` is logged.
+    and error history. At most one job per ``(task, dedupe_key)`` is revived;
+    the others are left dead and reported in ``duplicates``, never an error,
+    also when a concurrent enqueue or requeue takes the key meanwhile (the
+    statement is then run again, and sees it). ``actor`` is logged.
     """
     if extra_attempts < 1:
         raise ValueError(f"extra_attempts must be 1 or more, not {extra_attempts}.")
-    ids = _changed("requeue", job_ids, {"extra_attempts": extra_attempts, "channel": _channel()})
-    if ids:
-        log.info("requeued dead jobs ids=%s extra_attempts=%s actor=%s", ids, extra_attempts, actor)
-    return ids
+    ids = [int(job_id) for job_id in job_ids]
+    if not ids:
+        return RequeueResult(requeued=[], duplicates=[])
+    params = {"job_ids": ids, "extra_attempts": extra_attempts, "channel": _channel()}
+    connection = queue_connection()
+    for attempt in range(1, REQUEUE_TRIES + 1):
+        try:
+            with sql.write_transaction(connection):
+                requeued = sorted(row[0] for row in sql.run(connection, "requeue", params))
+                duplicates = _dead_with_dedupe_key(connection, ids)
+            break
+        except IntegrityError:
+            # A concurrent transaction committed an active job with one of the keys after
+            # this statement's snapshot; the next run sees it and skips that job.
+            if attempt == REQUEUE_TRIES:
+                raise
+    if requeued:
+        log.info(
+            "requeued dead jobs ids=%s extra_attempts=%s actor=%s", requeued, extra_attempts, actor
+        )
+    return RequeueResult(requeued=requeued, duplicates=duplicates)
+
+
+def _dead_with_dedupe_key(connection: BaseDatabaseWrapper, job_ids: list[int]) -> list[int]:
+    dead = Job.objects.using(connection.alias).filter(
+        pk__in=job_ids, state=JobState.DEAD, dedupe_key__isnull=False
+    )
+    return sorted(dead.values_list("pk", flat=True))
 
 
 def cancel(job_ids: Iterable[int]) -> list[int]:

@@ -192,16 +192,22 @@ WHERE j.state <> 'running';
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
--- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Returns the ids requeued (marked by this statement's run_at).
--- (%(channel)s is unused: no NOTIFY.)
+-- Id, attempts, dedupe key and history are kept. At most one job per (task, dedupe_key)
+-- is revived: among the selected dead jobs sharing one, the lowest id (the `earlier`
+-- join), and none while an active job holds it (the `a` join). Returns the ids requeued
+-- (marked by this statement's run_at). (%(channel)s is unused: no NOTIFY.)
 SET @dbqueue_requeued_at = UTC_TIMESTAMP(6);
 UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 LEFT JOIN dbqueue_job AS a ON a.task = j.task AND a.active_dedupe_key = j.dedupe_key
+LEFT JOIN (
+    JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS earlier_id
+    STRAIGHT_JOIN dbqueue_job AS earlier FORCE INDEX (PRIMARY) ON earlier.id = earlier_id.value
+) ON earlier.task = j.task AND earlier.dedupe_key = j.dedupe_key AND earlier.id < j.id
+     AND earlier.state = 'dead'
 SET j.state = 'ready', j.max_attempts = j.max_attempts + %(extra_attempts)s,
     j.run_at = @dbqueue_requeued_at, j.finished_at = NULL
-WHERE j.state = 'dead' AND a.id IS NULL;
+WHERE j.state = 'dead' AND a.id IS NULL AND earlier.id IS NULL;
 SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 WHERE j.state = 'ready' AND j.run_at = @dbqueue_requeued_at;

@@ -224,20 +224,40 @@ RETURNING j.id, j.state;
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
--- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Workers of their queues are notified at commit. Returns the ids
--- requeued.
-WITH requeued AS (
+-- Id, attempts, dedupe key and history are kept. At most one job per (task, dedupe_key)
+-- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
+-- active job holds it. (The NOT EXISTS alone sees the table as it was before this
+-- statement, so two selected dead jobs with one key would both pass it and break the
+-- active-dedupe index.) The rows are locked and their state re-checked first. Workers of
+-- their queues are notified at commit. Returns the ids requeued.
+WITH requested AS (
+    SELECT id, task, dedupe_key FROM dbqueue_job
+    WHERE id = ANY (ARRAY(
+        SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
+    ))
+      AND state = 'dead'
+    ORDER BY id
+    FOR UPDATE
+),
+revived AS (
+    SELECT r.id FROM requested r
+    WHERE r.dedupe_key IS NULL OR (
+        NOT EXISTS (
+            SELECT 1 FROM requested e
+            WHERE e.task = r.task AND e.dedupe_key = r.dedupe_key AND e.id < r.id
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM dbqueue_job a
+            WHERE a.task = r.task AND a.dedupe_key = r.dedupe_key
+              AND a.state IN ('ready', 'running')
+        )
+    )
+),
+requeued AS (
     UPDATE dbqueue_job j
     SET state = 'ready', max_attempts = j.max_attempts + %(extra_attempts)s,
         run_at = clock_timestamp(), finished_at = NULL
-    WHERE j.id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
-      AND j.state = 'dead'
-      AND NOT EXISTS (
-          SELECT 1 FROM dbqueue_job a
-          WHERE a.task = j.task AND a.dedupe_key = j.dedupe_key
-            AND a.state IN ('ready', 'running')
-      )
+    WHERE j.id = ANY (ARRAY(SELECT id FROM revived))
     RETURNING j.id, j.queue
 )
 SELECT id, pg_notify(%(channel)s, queue) FROM requeued;

@@ -162,18 +162,29 @@ RETURNING id, state;
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
--- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Returns the ids requeued. (%(channel)s: no NOTIFY on SQLite.)
+-- Id, attempts, dedupe key and history are kept. At most one job per (task, dedupe_key)
+-- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
+-- active job holds it (whether or not SQLite lets the statement see its own changes, the
+-- two NOT EXISTS between them exclude a second revival). Returns the ids requeued.
+-- (%(channel)s: no NOTIFY on SQLite.)
 UPDATE dbqueue_job
 SET state = 'ready', max_attempts = max_attempts + %(extra_attempts)s, run_at = %(now)s,
     finished_at = NULL
 WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
   AND state = 'dead'
-  AND NOT EXISTS (
-      SELECT 1 FROM dbqueue_job AS a
-      WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
-        AND a.state IN ('ready', 'running')
-  )
+  AND (dedupe_key IS NULL OR (
+      NOT EXISTS (
+          SELECT 1 FROM dbqueue_job AS e
+          WHERE e.id IN (SELECT value FROM json_each(%(job_ids)s))
+            AND e.task = dbqueue_job.task AND e.dedupe_key = dbqueue_job.dedupe_key
+            AND e.id < dbqueue_job.id AND e.state = 'dead'
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM dbqueue_job AS a
+          WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
+            AND a.state IN ('ready', 'running')
+      )
+  ))
 RETURNING id;
 
 -- name: run_now

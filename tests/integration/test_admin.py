@@ -398,6 +398,20 @@ class TestRequeueDead:
         assert_logged([dead], admin_user, CHANGE, "Requeued")
         assert_not_logged(j for name, j in mixed.items() if name != "dead")
 
+    def test_dead_jobs_sharing_a_dedupe_key_requeue_one_and_name_the_others(
+        self, admin_client: Client
+    ) -> None:
+        first, second = dead_job(dedupe_key="invoice:7"), dead_job(dedupe_key="invoice:7")
+        response = apply_requeue(admin_client, [first, second], extra_attempts="1")
+        assert response.status_code == 302
+        assert (state_of(first), state_of(second)) == (JobState.READY, JobState.DEAD)
+        assert messages_of(response) == [
+            "Requeued with 1 more attempt(s): 1 job(s). "
+            "Skipped 1 whose state did not allow it (or changed meanwhile).",
+            "Not requeued, because another job with the same task and dedupe key is "
+            f"active or was requeued first: {second.pk}.",
+        ]
+
     def test_invalid_extra_attempts_re_renders_the_page_and_changes_nothing(
         self, admin_client: Client, mixed: dict[str, Job]
     ) -> None:

@@ -423,6 +423,26 @@ class TestOperatorTransitions:
         assert leases.requeue([dead.pk], 1, actor="alice") == []
         assert Job.objects.get(pk=dead.pk).state == JobState.DEAD
 
+    def test_requeue_revives_one_of_several_dead_jobs_sharing_a_dedupe_key(self) -> None:
+        first, second, third = (JobFactory(dead=True, dedupe_key="k") for _ in range(3))
+        other_task = JobFactory(dead=True, dedupe_key="k", task="tests.tasks.flaky")
+        plain = JobFactory(dead=True)
+        selected = [third.pk, second.pk, first.pk, other_task.pk, plain.pk]
+        result = leases.requeue_report(selected, 1, actor="alice")
+        assert result == leases.RequeueResult(
+            requeued=sorted([first.pk, other_task.pk, plain.pk]),
+            duplicates=sorted([second.pk, third.pk]),
+        )
+        states = dict(Job.objects.values_list("pk", "state"))
+        assert [states[j.pk] for j in (first, second, third)] == ["ready", "dead", "dead"]
+
+    def test_requeue_reports_dead_jobs_whose_dedupe_key_an_active_job_holds(self) -> None:
+        dead = JobFactory(dead=True, dedupe_key="k")
+        JobFactory(running=True, dedupe_key="k")
+        assert leases.requeue_report([dead.pk], 1, actor="alice") == leases.RequeueResult(
+            requeued=[], duplicates=[dead.pk]
+        )
+
     def test_requeue_needs_at_least_one_extra_attempt(self) -> None:
         with pytest.raises(ValueError, match="extra_attempts"):
             leases.requeue([1], 0, actor="alice")
@@ -439,3 +459,31 @@ class TestOperatorTransitions:
             dead.pk: JobState.DEAD,
         }
         assert Job.objects.get(pk=ready.pk).finished_at is not None
+
+
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+def test_requeue_skips_a_dedupe_key_a_concurrent_requeue_takes_meanwhile() -> None:
+    elsewhere, here = (JobFactory(dead=True, dedupe_key="k") for _ in range(2))
+    requeued, release = threading.Event(), threading.Event()
+
+    def requeue_and_hold() -> None:
+        with transaction.atomic():
+            assert leases.requeue([elsewhere.pk], 1, actor="bob") == [elsewhere.pk]
+            requeued.set()
+            release.wait(WAIT)
+
+    holder = run_in_thread(requeue_and_hold)
+    assert requeued.wait(WAIT)
+    results: list[leases.RequeueResult] = []
+    racer = run_in_thread(lambda: results.append(leases.requeue_report([here.pk], 1, "alice")))
+    racer.join(0.5)  # it waits on the index entry of the uncommitted requeue
+    release.set()
+    holder.join(WAIT)
+    racer.join(WAIT)
+    assert not racer.is_alive()
+    assert results == [leases.RequeueResult(requeued=[], duplicates=[here.pk])]
+    assert dict(Job.objects.values_list("pk", "state")) == {
+        elsewhere.pk: JobState.READY,
+        here.pk: JobState.DEAD,
+    }
