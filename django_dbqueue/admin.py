@@ -10,6 +10,7 @@ Nobody edits lifecycle fields by hand. Replace the registration the usual way
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,9 @@ STATE_COLOURS = {
     JobState.DEAD: "#c62828",
     JobState.CANCELLED: "#757575",
 }
+#: A search term that may be a job id, and the largest id a BigAutoField holds.
+JOB_ID = re.compile(r"[0-9]{1,19}")
+MAX_JOB_ID = 2**63 - 1
 #: Columns the list page never needs: kept out of its query.
 HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
 
@@ -108,10 +112,14 @@ class JobAdmin(ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """Also match a job id when the term is a number."""
+        """Also match a job id when the term is one: ASCII digits within a bigint's range.
+
+        Anything else (``²``, a 40-digit number) is only searched as text, never a 500.
+        """
         results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
-        if search_term.strip().isdigit():
-            results |= queryset.filter(pk=int(search_term))
+        term = search_term.strip()
+        if JOB_ID.fullmatch(term) and int(term) <= MAX_JOB_ID:
+            results |= queryset.filter(pk=int(term))
         return results, may_have_duplicates
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:

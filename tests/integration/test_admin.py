@@ -186,6 +186,15 @@ class TestListPage:
         for term, expected in searches.items():
             assert listed(admin_client.get(CHANGELIST, {"q": term})) == {expected.pk}, term
 
+    @pytest.mark.parametrize("term", ["²", "١٢", "9" * 19, "9" * 40, " 12 ³"])
+    def test_search_for_a_term_that_is_no_job_id_lists_matches_without_error(
+        self, admin_client: Client, term: str
+    ) -> None:
+        job(dedupe_key=term.strip())
+        job()
+        response = admin_client.get(CHANGELIST, {"q": term})
+        assert len(listed(response)) == 1
+
     def test_subject_id_search_is_exact(self, admin_client: Client) -> None:
         order_type = ContentType.objects.get_for_model(Order)
         job(subject_type=order_type, subject_id="9000001")
