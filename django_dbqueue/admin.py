@@ -94,13 +94,24 @@ class JobAdmin(ModelAdmin):
     ordering = ("-id",)
     list_per_page = 100
     date_hierarchy = None
-    actions = ("requeue_dead", "cancel_ready", "run_now", "delete_finished")
+    actions = ("requeue_dead", "cancel_ready", "request_cancel", "run_now", "delete_finished")
     change_list_template = "admin/django_dbqueue/job/change_list.html"
     fieldsets = (
         (None, {"fields": ("state_badge", "task", "queue", "priority", "attempts_used")}),
         ("Timeline", {"fields": ("created_at", "run_at", "started_at", "finished_at")}),
         ("Call", {"fields": ("arguments", "result_json", "subject_link", "dedupe_key")}),
-        ("Lease", {"fields": ("worker_id", "lease_token", "lease_until", "lease_seconds")}),
+        (
+            "Lease",
+            {
+                "fields": (
+                    "worker_id",
+                    "lease_token",
+                    "lease_until",
+                    "lease_seconds",
+                    "cancel_requested_at",
+                )
+            },
+        ),
         ("Errors", {"fields": ("last_error_code", "last_error_text", "error_history")}),
     )
 
@@ -164,10 +175,19 @@ class JobAdmin(ModelAdmin):
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> SafeString:
-        return format_html(
+        """The state word on its colour; a job an operator asked to stop says so beside it."""
+        badge = format_html(
             '<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
             STATE_COLOURS.get(JobState(job.state), "#000"),
             job.state,
+        )
+        if job.cancel_requested_at is None:
+            return badge
+        return format_html(
+            '{} <span class="dbqueue-cancel-requested" title="cancel requested {}">'
+            "cancel requested</span>",
+            badge,
+            job.cancel_requested_at.isoformat(timespec="seconds"),
         )
 
     @admin.display(description="attempts", ordering="attempts")
@@ -276,6 +296,17 @@ class JobAdmin(ModelAdmin):
     @admin.action(description="Cancel ready jobs", permissions=["change"])
     def cancel_ready(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self._apply(request, queryset, leases.cancel, "Cancelled")
+
+    @admin.action(
+        description="Ask running jobs to stop (cooperative cancel)", permissions=["change"]
+    )
+    def request_cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(
+            request,
+            queryset,
+            lambda ids: leases.request_cancel(ids, actor=request.user.get_username()),
+            "Cancel requested",
+        )
 
     @admin.action(description="Run now (ready jobs scheduled later)", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
-from django_dbqueue.exceptions import Retry
+from django_dbqueue.exceptions import JobCancelled, Retry
 
 TASK_NOT_FOUND = "TASK_NOT_FOUND"
 BAD_ARGUMENTS = "BAD_ARGUMENTS"
 RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"
 LEASE_EXPIRED = "LEASE_EXPIRED"
 RETRY = Retry.code
+CANCELLED = JobCancelled.code
 
 #: ``last_error`` keeps at most this many characters: the end of the traceback.
 LAST_ERROR_LIMIT = 4000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from django_dbqueue import conf, jsontext, runnable, sql
-from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
+from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import TaskNotFound
 
@@ -125,24 +125,45 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
     ]
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """What one ``renew_report`` learnt: the job ids still owned, and those asked to stop.
+
+    ``cancel_requested`` is a subset of ``owned``: jobs an operator marked
+    with ``request_cancel``.
+    """
+
+    owned: set[int]
+    cancel_requested: set[int]
+
+
 def renew(leases: Iterable[Lease]) -> set[int]:
     """Extend every lease still owned by its job's ``lease_seconds``; return their job ids.
 
     All leases go in one statement. A lease missing from the result is lost:
     the job was reaped, re-claimed or finished. Stop working on it.
     """
+    return renew_report(leases).owned
+
+
+def renew_report(leases: Iterable[Lease]) -> Renewal:
+    """``renew``, also reporting which owned jobs an operator asked to stop.
+
+    The cancel mark comes back in the renew statement itself: no extra query.
+    """
     held = list(leases)
     if not held:
-        return set()
+        return Renewal(owned=set(), cancel_requested=set())
     batch = [
         {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
         for lease in held
     ]
-    owned = {row[0] for row in sql.run_alone(queue_connection(), "renew", {"leases": batch})}
+    rows = sql.run_alone(queue_connection(), "renew", {"leases": batch})
+    owned = {row[0] for row in rows}
     for lease in held:
         if lease.job_id not in owned:
             log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
-    return owned
+    return Renewal(owned=owned, cancel_requested={row[0] for row in rows if row[1] is not None})
 
 
 def complete(lease: Lease, result: object) -> bool:
@@ -219,25 +240,39 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
     and changes nothing when the lease is lost.
     """
     info = (error if isinstance(error, ErrorInfo) else ErrorInfo.from_exception(error)).bounded()
+
+    def record(connection: BaseDatabaseWrapper, history: list[dict[str, object]]) -> bool:
+        failure = _failure_row(
+            lease.job_id,
+            lease.lease_token,
+            lease.worker_id,
+            lease.attempt,
+            history,
+            info,
+            retry_at,
+        )
+        return bool(_record_failures(connection, [failure], expired=False))
+
+    return _settle_with_history(lease, "fail", record)
+
+
+def _settle_with_history(
+    lease: Lease,
+    action: str,
+    write: Callable[[BaseDatabaseWrapper, list[dict[str, object]]], bool],
+) -> bool:
+    """Lock the leased row, hand its error history to ``write``; log a lost lease.
+
+    ``write`` runs in the same transaction, under the row lock, only while the
+    lease's token is current; it re-checks the deadline by the database clock.
+    """
     connection = queue_connection()
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
     with sql.write_transaction(connection):
         locked = sql.run(connection, "lock_lease", fence)
-        applied = False
-        if locked:
-            history = sql.to_json(locked[0][0])
-            failure = _failure_row(
-                lease.job_id,
-                lease.lease_token,
-                lease.worker_id,
-                lease.attempt,
-                history,
-                info,
-                retry_at,
-            )
-            applied = bool(_record_failures(connection, [failure], expired=False))
+        applied = bool(locked) and write(connection, sql.to_json(locked[0][0]))
     if not applied:
-        log_lost_lease("fail", lease.job_id, lease.worker_id, lease.lease_token)
+        log_lost_lease(action, lease.job_id, lease.worker_id, lease.lease_token)
     return applied
 
 
@@ -390,6 +425,47 @@ def cancel(job_ids: Iterable[int]) -> list[int]:
     Running and finished jobs are left as they are.
     """
     return _changed("cancel", job_ids, {})
+
+
+def request_cancel(job_ids: Iterable[int], actor: str) -> list[int]:
+    """Ask the ``running`` jobs among ``job_ids`` to stop; return the ids marked.
+
+    Cooperative: the worker's heartbeat reads the mark within one renew
+    interval and sets ``context.cancel_requested``; a task that honours it
+    (``context.raise_if_cancelled()``) ends ``cancelled``, one that ignores it
+    runs on to its outcome, the mark kept for operators to see. Ready jobs are
+    cancelled with ``cancel``, not here; finished jobs are left alone. A job
+    marked again keeps its first request's time. ``actor`` is logged.
+    """
+    ids = _changed("request_cancel", job_ids, {})
+    if ids:
+        log.info("cancel requested for running jobs ids=%s actor=%s", ids, actor)
+    return ids
+
+
+def cancel_running(lease: Lease) -> bool:
+    """End the leased job ``cancelled``: its task stopped because it was asked to.
+
+    A history entry with code ``CANCELLED`` is appended. Fenced like every
+    transition: applies only for the current ``(worker_id, lease_token)`` with
+    a live lease; otherwise changes nothing and returns ``False`` (a stale
+    attempt cannot cancel the job's newer attempt).
+    """
+    info = ErrorInfo(CANCELLED, f"cancelled on request during attempt {lease.attempt}")
+
+    def record(connection: BaseDatabaseWrapper, history: list[dict[str, object]]) -> bool:
+        entry = history_entry(lease.attempt, lease.worker_id, info, timezone.now().isoformat())
+        params = {
+            "job_id": lease.job_id,
+            "worker_id": lease.worker_id,
+            "lease_token": lease.lease_token,
+            "code": info.code,
+            "last_error": info.last_error,
+            "errors": appended(history, entry),
+        }
+        return bool(sql.run(connection, "cancel_running", params))
+
+    return _settle_with_history(lease, "cancel_running", record)
 
 
 def run_now(job_ids: Iterable[int]) -> list[int]:

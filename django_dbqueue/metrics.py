@@ -75,6 +75,10 @@ WORKER_COUNTERS = {
     "succeeded": ("dbqueue_worker_jobs_succeeded_total", "Attempts that succeeded."),
     "retried": ("dbqueue_worker_jobs_retried_total", "Attempts that failed and were retried."),
     "dead": ("dbqueue_worker_jobs_dead_total", "Attempts that left their job dead."),
+    "cancelled": (
+        "dbqueue_worker_jobs_cancelled_total",
+        "Attempts that stopped on a cancel request.",
+    ),
     "lost_lease_writes": (
         "dbqueue_worker_lost_lease_writes_total",
         "Outcomes refused because the lease was lost.",

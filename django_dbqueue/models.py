@@ -94,6 +94,11 @@ class Job(models.Model):
         max_length=255, blank=True, default="", db_default="", help_text="Latest attempt's worker."
     )
     lease_until = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When an operator asked the running job to stop (request_cancel); kept after.",
+    )
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True, help_text="Latest attempt's start.")
     finished_at = models.DateTimeField(null=True, blank=True)

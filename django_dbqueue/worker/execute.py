@@ -17,8 +17,14 @@ from django.utils import timezone
 
 from django_dbqueue import leases, runnable, signals
 from django_dbqueue.context import JobContext
-from django_dbqueue.errors import BAD_ARGUMENTS, RESULT_NOT_SERIALIZABLE, TASK_NOT_FOUND, ErrorInfo
-from django_dbqueue.exceptions import LeaseLost, PermanentError, Retry
+from django_dbqueue.errors import (
+    BAD_ARGUMENTS,
+    CANCELLED,
+    RESULT_NOT_SERIALIZABLE,
+    TASK_NOT_FOUND,
+    ErrorInfo,
+)
+from django_dbqueue.exceptions import JobCancelled, LeaseLost, PermanentError, Retry
 from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 from django_dbqueue.runnable import Runnable
@@ -44,10 +50,12 @@ class Outcome(str, enum.Enum):
     UNRECORDED = "unrecorded"
     #: A success handed to the worker's completer, which writes it and reports the outcome.
     HANDED_OVER = "handed_over"
+    #: The task stopped on an operator's cancel request (``JobCancelled``).
+    CANCELLED = "cancelled"
 
 
 #: Outcomes written to the job; ``signals.job_finished`` announces them.
-RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD)
+RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD, Outcome.CANCELLED)
 
 #: Takes over writing a success: ``(context, result, started)``; raises
 #: ``ResultNotSerializable`` at once when the result is not JSON.
@@ -118,6 +126,8 @@ def _attempt(
         result = job_call()
     except LeaseLost:
         return Outcome.LEASE_LOST, ""
+    except JobCancelled:
+        return _write(context, lambda: leases.cancel_running(lease), Outcome.CANCELLED), CANCELLED
     except Retry as exc:
         delay = exc.delay if exc.delay is not None else task.backoff.delay(lease.attempt)
         return _retry(context, ErrorInfo.from_exception(exc), delay)

@@ -74,12 +74,13 @@ class Heartbeat(threading.Thread):
         if not renewing:
             return
         try:
-            owned = leases.renew(job.lease for job in renewing)
+            renewal = leases.renew_report(job.lease for job in renewing)
         except DATABASE_ERRORS as exc:
             log.warning("lease renewal failed, retrying next beat: %s", exc)
             close_queue_connection()
             return
         for job in renewing:
-            if job.lease.job_id not in owned:
+            job.context.learn(renewal)
+            if job.lease.job_id not in renewal.owned:
                 job.context.lease_lost.set()
                 self.stats.add("renew_failures")

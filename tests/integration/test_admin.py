@@ -490,6 +490,24 @@ class TestOtherActions:
         )
         assert_not_logged([mixed["ready"], mixed["later"], mixed["running"]])
 
+    def test_request_cancel_marks_only_running_jobs_and_the_list_shows_the_mark(
+        self, admin_client: Client, admin_user: User, mixed: dict[str, Job]
+    ) -> None:
+        response = post_action(admin_client, "request_cancel", mixed.values())
+        assert response.status_code == 302
+        marked = set(
+            Job.objects.filter(cancel_requested_at__isnull=False).values_list("pk", flat=True)
+        )
+        assert marked == {mixed["running"].pk}
+        assert state_of(mixed["running"]) == JobState.RUNNING
+        assert messages_of(response) == [
+            "Cancel requested: 1 job(s). "
+            "Skipped 4 whose state did not allow it (or changed meanwhile)."
+        ]
+        assert_logged([mixed["running"]], admin_user, CHANGE, "Cancel requested")
+        html = admin_client.get(CHANGELIST).content.decode()
+        assert html.count('class="dbqueue-cancel-requested"') == 1
+
     def test_an_action_that_changes_nothing_warns(
         self, admin_client: Client, mixed: dict[str, Job]
     ) -> None:

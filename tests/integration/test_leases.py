@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django import Settings
 
@@ -487,3 +488,69 @@ def test_requeue_skips_a_dedupe_key_a_concurrent_requeue_takes_meanwhile() -> No
         elsewhere.pk: JobState.READY,
         here.pk: JobState.DEAD,
     }
+
+
+@pytest.mark.django_db
+class TestCancelRequests:
+    def test_request_cancel_marks_only_running_jobs(self) -> None:
+        running = JobFactory(running=True)
+        others = [JobFactory(), JobFactory(dead=True), JobFactory(succeeded=True)]
+        assert leases.request_cancel([running.pk, *(j.pk for j in others)], "ops") == [running.pk]
+        marks = dict(Job.objects.values_list("pk", "cancel_requested_at"))
+        assert marks[running.pk] is not None
+        assert [marks[j.pk] for j in others] == [None, None, None]
+        assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+
+    def test_a_second_request_keeps_the_first_requests_time(self) -> None:
+        running = JobFactory(running=True)
+        leases.request_cancel([running.pk], "ops")
+        first = Job.objects.get(pk=running.pk).cancel_requested_at
+        assert leases.request_cancel([running.pk], "ops") == [running.pk]
+        assert Job.objects.get(pk=running.pk).cancel_requested_at == first
+
+    def test_renew_reports_the_mark_of_owned_jobs_in_the_same_statement(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        marked, unmarked = leases.claim(None, "w1", 2)
+        leases.request_cancel([marked.job_id], "ops")
+        with CaptureQueriesContext(connection) as queries:
+            renewal = leases.renew_report([marked, unmarked])
+        assert len([q for q in queries if "dbqueue_job" in q["sql"]]) == 1
+        assert renewal == leases.Renewal(
+            owned={marked.job_id, unmarked.job_id}, cancel_requested={marked.job_id}
+        )
+        assert leases.renew([marked, unmarked]) == {marked.job_id, unmarked.job_id}
+
+    def test_a_stale_attempt_cannot_cancel_the_newer_attempt(self) -> None:
+        tasks.noop.enqueue()
+        stale = claim_one("w1")
+        leases.request_cancel([stale.job_id], "ops")
+        expire(stale.job_id)
+        assert leases.reap().retried == [stale.job_id]
+        Job.objects.filter(pk=stale.job_id).update(run_at=timezone.now())
+        newer = claim_one("w2")
+        assert leases.cancel_running(stale) is False
+        job = Job.objects.get(pk=stale.job_id)
+        assert (job.state, job.worker_id, job.lease_token) == (
+            JobState.RUNNING,
+            "w2",
+            newer.lease_token,
+        )
+        assert leases.cancel_running(newer) is True
+        assert Job.objects.get(pk=stale.job_id).state == JobState.CANCELLED
+
+    def test_a_cancel_request_after_the_job_finished_changes_nothing(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one("w1")
+        assert leases.complete(lease, None)
+        assert leases.request_cancel([lease.job_id], "ops") == []
+        assert leases.cancel_running(lease) is False
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.cancel_requested_at) == (JobState.SUCCEEDED, None)
+
+    def test_requeue_clears_the_cancel_mark(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one("w1")
+        leases.request_cancel([lease.job_id], "ops")
+        assert leases.fail(lease, ErrorInfo("X", "boom"), None)
+        assert leases.requeue([lease.job_id], 1, "ops") == [lease.job_id]
+        assert Job.objects.get(pk=lease.job_id).cancel_requested_at is None
