@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import PermissionDenied
@@ -41,6 +42,10 @@ STATE_COLOURS = {
 #: A search term that may be a job id, and the largest id a BigAutoField holds.
 JOB_ID = re.compile(r"[0-9]{1,19}")
 MAX_JOB_ID = 2**63 - 1
+#: Jobs one admin action changes per transaction; "select all" runs batch after batch.
+ACTION_BATCH = 500
+#: Dead jobs the requeue confirmation lists; it counts the rest.
+PREVIEW_ROWS = 100
 #: Columns the list page never needs: kept out of its query.
 HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
 
@@ -62,6 +67,15 @@ class RequeueForm(forms.Form):
     extra_attempts = forms.IntegerField(
         min_value=1, max_value=1000, initial=1, help_text="Attempts granted on top of the budget."
     )
+
+
+def batches(queryset: QuerySet[Job], size: int) -> Iterator[list[Job]]:
+    """The jobs of ``queryset`` in id order, ``size`` at a time (keyset pages: no OFFSET)."""
+    page = queryset.order_by("pk").only("pk", "task", "state")
+    last = 0
+    while batch := list(page.filter(pk__gt=last)[:size]):
+        yield batch
+        last = batch[-1].pk
 
 
 def pretty_json(value: object) -> SafeString:
@@ -262,15 +276,21 @@ class JobAdmin(ModelAdmin):
         if form.is_valid():
             self._requeue(request, queryset, form.cleaned_data["extra_attempts"])
             return None
+        dead = queryset.filter(state=JobState.DEAD)
+        dead_count = dead.count()
         context = {
             **self.admin_site.each_context(request),
             "title": "Requeue dead jobs",
             "opts": self.model._meta,
             "form": form,
-            "jobs": queryset.filter(state=JobState.DEAD),
-            "skipped": queryset.exclude(state=JobState.DEAD).count(),
-            # Every selected job, also with "select all": the apply step re-posts these ids.
-            "selected": list(queryset.values_list("pk", flat=True)),
+            "jobs": dead[:PREVIEW_ROWS],
+            "dead_count": dead_count,
+            "skipped": queryset.count() - dead_count,
+            # As Django's delete confirmation: re-post what the page posted (at most a page of
+            # ids) and "select all"; the form posts to this URL, so the filters and search
+            # that built the selection come back with it, never one field per selected job.
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across") == "1",
             "action": "requeue_dead",
         }
         return TemplateResponse(request, "admin/django_dbqueue/job/requeue_dead.html", context)
@@ -324,16 +344,24 @@ class JobAdmin(ModelAdmin):
         verb: str,
         flag: int = CHANGE,
     ) -> None:
-        """Run ``transition`` on the selection; log the changed jobs and report the rest."""
-        jobs = {job.pk: job for job in queryset}
-        changed = transition(list(jobs))
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk,
-            queryset=[jobs[job_id] for job_id in changed],
-            action_flag=flag,
-            change_message=f"{verb} (admin action)",
-        )
-        self._report(request, verb, len(changed), len(jobs) - len(changed))
+        """Run ``transition`` on the selection in batches; log the changed jobs, report the rest.
+
+        Batches of ``ACTION_BATCH`` jobs in id order, each its own short transaction,
+        so "select all" over any number of jobs holds no long lock and no giant list.
+        """
+        selected = changed = 0
+        for batch in batches(queryset, ACTION_BATCH):
+            jobs = {job.pk: job for job in batch}
+            done = transition(list(jobs))
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk,
+                queryset=[jobs[job_id] for job_id in done],
+                action_flag=flag,
+                change_message=f"{verb} (admin action)",
+            )
+            selected += len(jobs)
+            changed += len(done)
+        self._report(request, verb, changed, selected - changed)
 
     def _report(self, request: HttpRequest, verb: str, changed: int, skipped: int) -> None:
         level = messages.SUCCESS if changed else messages.WARNING

@@ -20,8 +20,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import escape
-from pytest_django import DjangoAssertNumQueries
+from pytest_django import DjangoAssertNumQueries, Settings
 
+from django_dbqueue import admin as admin_module
 from django_dbqueue.errors import ErrorInfo, history_entry
 from django_dbqueue.models import Job, JobState
 from tests import tasks
@@ -97,6 +98,16 @@ def apply_requeue(client: Client, jobs: Iterable[Job], extra_attempts: str) -> R
         "extra_attempts": extra_attempts,
     }
     return client.post(CHANGELIST, payload)
+
+
+def confirmation_fields(page: Response) -> dict[str, list[str]]:
+    """The hidden fields of the requeue confirmation, as the browser re-posts them."""
+    html = page.content.decode()
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html):
+        if name != "csrfmiddlewaretoken":
+            fields.setdefault(name, []).append(value)
+    return fields
 
 
 def messages_of(response: Response) -> list[str]:
@@ -343,11 +354,44 @@ class TestRequeueDead:
     def test_select_all_requeues_every_dead_job_the_page_listed(self, admin_client: Client) -> None:
         dead = [dead_job(), dead_job(), dead_job()]
         page = post_action(admin_client, "requeue_dead", dead[:1], select_across="1")
-        for each in dead:
-            assert f'name="_selected_action" value="{each.pk}"' in page.content.decode()
-        hidden_ids = re.findall(r'name="_selected_action" value="(\d+)"', page.content.decode())
-        apply_requeue(admin_client, [Job(pk=int(pk)) for pk in hidden_ids], extra_attempts="1")
+        fields = confirmation_fields(page)
+        assert fields["select_across"] == ["1"]
+        assert fields["_selected_action"] == [str(dead[0].pk)]
+        admin_client.post(CHANGELIST, {**fields, "extra_attempts": "1"})
         assert [state_of(each) for each in dead] == [JobState.READY] * 3
+
+    def test_select_all_past_the_upload_field_limit_requeues_the_filtered_jobs_in_batches(
+        self,
+        admin_client: Client,
+        settings: Settings,
+        monkeypatch: pytest.MonkeyPatch,
+        django_assert_max_num_queries: DjangoAssertNumQueries,
+    ) -> None:
+        settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 40
+        monkeypatch.setattr(admin_module, "ACTION_BATCH", 25)
+        mail = JobFactory.create_batch(120, dead=True, queue="mail")
+        other = JobFactory.create_batch(3, dead=True, queue="default")
+        listing = f"{CHANGELIST}?queue__exact=mail"
+        page = admin_client.post(
+            listing,
+            {
+                "action": "requeue_dead",
+                "_selected_action": [str(mail[0].pk)],
+                "index": "0",
+                "select_across": "1",
+            },
+        )
+        assert page.status_code == 200
+        fields = confirmation_fields(page)
+        with django_assert_max_num_queries(60):
+            done = admin_client.post(listing, {**fields, "extra_attempts": "2"})
+        assert done.status_code == 302
+        assert messages_of(done) == ["Requeued with 2 more attempt(s): 120 job(s)."]
+        assert {state_of(j) for j in mail} == {JobState.READY}
+        assert {state_of(j) for j in other} == {JobState.DEAD}
+        assert sum(len(values) for values in fields.values()) < 10
+        assert "120 dead job(s) will be ready again" in page.content.decode()
+        assert len(page.context["jobs"]) == 100
 
     def test_confirmation_shows_the_exception_line_of_a_long_traceback(
         self, admin_client: Client
