@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -29,7 +29,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_dbqueue import dashboard, leases, reaper
+from django_dbqueue import dashboard, leases, reaper, triage
 from django_dbqueue.models import TERMINAL_STATES, Job, JobState
 
 STATE_COLOURS = {
@@ -43,7 +43,7 @@ STATE_COLOURS = {
 JOB_ID = re.compile(r"[0-9]{1,19}")
 MAX_JOB_ID = 2**63 - 1
 #: Jobs one admin action changes per transaction; "select all" runs batch after batch.
-ACTION_BATCH = 500
+ACTION_BATCH = triage.BATCH
 #: Dead jobs the requeue confirmation lists; it counts the rest.
 PREVIEW_ROWS = 100
 #: Columns the list page never needs: kept out of its query.
@@ -67,15 +67,6 @@ class RequeueForm(forms.Form):
     extra_attempts = forms.IntegerField(
         min_value=1, max_value=1000, initial=1, help_text="Attempts granted on top of the budget."
     )
-
-
-def batches(queryset: QuerySet[Job], size: int) -> Iterator[list[Job]]:
-    """The jobs of ``queryset`` in id order, ``size`` at a time (keyset pages: no OFFSET)."""
-    page = queryset.order_by("pk").only("pk", "task", "state")
-    last = 0
-    while batch := list(page.filter(pk__gt=last)[:size]):
-        yield batch
-        last = batch[-1].pk
 
 
 def pretty_json(value: object) -> SafeString:
@@ -309,7 +300,7 @@ class JobAdmin(ModelAdmin):
             self.message_user(
                 request,
                 f"Not requeued, because another job with the same task and dedupe key is "
-                f"active or was requeued first: {', '.join(map(str, sorted(duplicates)))}.",
+                f"active or was requeued first: {triage.named(duplicates)}.",
                 messages.WARNING,
             )
 
@@ -350,7 +341,7 @@ class JobAdmin(ModelAdmin):
         so "select all" over any number of jobs holds no long lock and no giant list.
         """
         selected = changed = 0
-        for batch in batches(queryset, ACTION_BATCH):
+        for batch in triage.batches(queryset, ACTION_BATCH):
             jobs = {job.pk: job for job in batch}
             done = transition(list(jobs))
             LogEntry.objects.log_actions(
