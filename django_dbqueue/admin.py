@@ -18,12 +18,18 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -46,6 +52,13 @@ MAX_JOB_ID = 2**63 - 1
 ACTION_BATCH = triage.BATCH
 #: Dead jobs the requeue confirmation lists; it counts the rest.
 PREVIEW_ROWS = 100
+#: The actions the job's own page offers as buttons, with their labels.
+PAGE_LABELS = {
+    "requeue_dead": "Requeue",
+    "cancel_ready": "Cancel",
+    "request_cancel": "Ask to stop (cancel)",
+    "run_now": "Run now",
+}
 #: Columns the list page never needs: kept out of its query.
 HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
 
@@ -177,6 +190,62 @@ class JobAdmin(ModelAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         return super().changelist_view(request, {**dashboard.context(), **(extra_context or {})})
+
+    # --- the job's own page: the actions that fit its state, as buttons ------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        triage_url = path(
+            "<path:object_id>/triage/",
+            self.admin_site.admin_view(self.triage_view),
+            name="django_dbqueue_job_triage",
+        )
+        return [triage_url, *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        job = self.get_object(request, unquote(object_id))
+        buttons = self.page_actions(request, job) if job is not None else []
+        context = {
+            "triage_buttons": buttons,
+            "requeue_form": RequeueForm(),
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def page_actions(self, request: HttpRequest, job: Job) -> list[tuple[str, str]]:
+        """``(action, label)`` for each action the user may run and the job's state allows."""
+        fitting = {
+            JobState.DEAD: ["requeue_dead"],
+            JobState.READY: ["cancel_ready", *(["run_now"] if job.run_at > timezone.now() else [])],
+            JobState.RUNNING: [] if job.cancel_requested_at else ["request_cancel"],
+        }.get(JobState(job.state), [])
+        allowed = self.get_actions(request)
+        return [(name, PAGE_LABELS[name]) for name in fitting if name in allowed]
+
+    def triage_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Run one action (POST ``action``) on this job, exactly as the list's action does.
+
+        The same action method, so the same permission and protocol function, and
+        a ``LogEntry``; an action the user may not run is refused (403).
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job with id {object_id!r}.")
+        name = request.POST.get("action", "")
+        allowed = self.get_actions(request)
+        if name not in PAGE_LABELS or name not in allowed:
+            raise PermissionDenied(f"You may not run {name!r} on jobs.")
+        action = allowed[name][0]
+        response = action(self, request, self.get_queryset(request).filter(pk=job.pk))
+        change_page = reverse("admin:django_dbqueue_job_change", args=[job.pk])
+        return response or HttpResponseRedirect(change_page)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> SafeString:

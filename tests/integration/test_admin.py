@@ -648,3 +648,135 @@ class TestDeletion:
         assert response.status_code == 302
         assert not Job.objects.filter(pk=finished.pk).exists()
         assert_logged([finished], admin_user, DELETION, "")
+
+
+# --- the job's own page ----------------------------------------------------------------------
+
+
+def triage_url(job: Job) -> str:
+    return reverse("admin:django_dbqueue_job_triage", args=[job.pk])
+
+
+def page_buttons(client: Client, job: Job) -> list[str]:
+    """The triage actions the job's page offers, in order."""
+    response = client.get(change_url(job))
+    assert response.status_code == 200
+    return re.findall(
+        r'<input type="submit" value="[^"]*" class="default" name="(\w+)">',
+        response.content.decode(),
+    )
+
+
+class TestJobPageButtons:
+    def test_each_state_offers_the_actions_that_fit_it(
+        self, admin_client: Client, mixed: dict[str, Job]
+    ) -> None:
+        marked = job(running=True, cancel_requested_at=timezone.now())
+        assert {name: page_buttons(admin_client, j) for name, j in mixed.items()} == {
+            "dead": ["requeue_dead"],
+            "ready": ["cancel_ready"],
+            "later": ["cancel_ready", "run_now"],
+            "running": ["request_cancel"],
+            "succeeded": [],
+        }
+        assert page_buttons(admin_client, marked) == []
+
+    def test_requeue_on_the_page_grants_the_attempts_asked_and_is_logged(
+        self, admin_client: Client, admin_user: User
+    ) -> None:
+        dead = dead_job(attempts=2, max_attempts=2)
+        html = admin_client.get(change_url(dead)).content.decode()
+        assert re.search(r'<input type="number" name="extra_attempts" value="1"', html)
+        response = admin_client.post(
+            triage_url(dead), {"action": "requeue_dead", "apply": "1", "extra_attempts": "3"}
+        )
+        assert response.status_code == 302
+        assert response["Location"] == change_url(dead)
+        requeued = Job.objects.get(pk=dead.pk)
+        assert (requeued.state, requeued.max_attempts) == (JobState.READY, 5)
+        assert messages_of(response) == ["Requeued with 3 more attempt(s): 1 job(s)."]
+        assert_logged([dead], admin_user, CHANGE, "Requeued with 3 more attempt(s)")
+
+    @pytest.mark.parametrize(
+        ("name", "action", "verb"),
+        [
+            ("ready", "cancel_ready", "Cancelled"),
+            ("later", "run_now", "Made due now"),
+            ("running", "request_cancel", "Cancel requested"),
+        ],
+    )
+    def test_the_other_buttons_run_their_action_on_this_job_only(
+        self,
+        admin_client: Client,
+        admin_user: User,
+        mixed: dict[str, Job],
+        name: str,
+        action: str,
+        verb: str,
+    ) -> None:
+        before = {n: (j.state, j.run_at, j.cancel_requested_at) for n, j in mixed.items()}
+        response = admin_client.post(triage_url(mixed[name]), {"action": action})
+        assert response.status_code == 302
+        after = {
+            n: (j.state, j.run_at, j.cancel_requested_at)
+            for n, j in ((n, Job.objects.get(pk=j.pk)) for n, j in mixed.items())
+        }
+        assert {n for n in mixed if after[n] != before[n]} == {name}
+        assert messages_of(response) == [f"{verb}: 1 job(s)."]
+        assert_logged([mixed[name]], admin_user, CHANGE, verb)
+
+    def test_a_button_for_a_state_the_job_left_changes_nothing_and_warns(
+        self, admin_client: Client, mixed: dict[str, Job]
+    ) -> None:
+        response = admin_client.post(
+            triage_url(mixed["ready"]),
+            {"action": "requeue_dead", "apply": "1", "extra_attempts": "1"},
+        )
+        assert response.status_code == 302
+        assert state_of(mixed["ready"]) == JobState.READY
+        assert messages_of(response) == [
+            "Requeued with 1 more attempt(s): 0 job(s). "
+            "Skipped 1 whose state did not allow it (or changed meanwhile)."
+        ]
+
+    def test_view_only_staff_see_no_buttons_and_cannot_post_them(
+        self, client: Client, django_user_model: type[User], mixed: dict[str, Job]
+    ) -> None:
+        client.force_login(staff_user(django_user_model, "viewer", "view_job"))
+        for each in mixed.values():
+            assert page_buttons(client, each) == []
+            assert 'id="dbqueue-triage"' not in client.get(change_url(each)).content.decode()
+        for name, action in [
+            ("ready", "cancel_ready"),
+            ("running", "request_cancel"),
+            ("later", "run_now"),
+        ]:
+            assert client.post(triage_url(mixed[name]), {"action": action}).status_code == 403
+        dead = mixed["dead"]
+        refused = client.post(
+            triage_url(dead), {"action": "requeue_dead", "apply": "1", "extra_attempts": "1"}
+        )
+        assert refused.status_code == 403
+        assert {state_of(j) for j in mixed.values()} == {j.state for j in mixed.values()}
+        assert not Job.objects.filter(cancel_requested_at__isnull=False).exists()
+        assert_not_logged(mixed.values())
+
+    def test_requeue_needs_the_requeue_permission_on_the_page_too(
+        self, client: Client, django_user_model: type[User]
+    ) -> None:
+        client.force_login(staff_user(django_user_model, "operator", "view_job", "change_job"))
+        dead, ready = dead_job(), job()
+        assert page_buttons(client, dead) == []
+        assert page_buttons(client, ready) == ["cancel_ready"]
+        refused = client.post(
+            triage_url(dead), {"action": "requeue_dead", "apply": "1", "extra_attempts": "1"}
+        )
+        assert refused.status_code == 403
+        assert state_of(dead) == JobState.DEAD
+
+    def test_only_post_and_only_page_actions(self, admin_client: Client) -> None:
+        finished = job(succeeded=True)
+        assert admin_client.get(triage_url(finished)).status_code == 405
+        response = admin_client.post(triage_url(finished), {"action": "delete_finished"})
+        assert response.status_code == 403
+        assert Job.objects.filter(pk=finished.pk).exists()
