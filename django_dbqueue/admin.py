@@ -36,6 +36,12 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from django_dbqueue import dashboard, leases, reaper, triage
+from django_dbqueue.listing import (
+    ErrorCodeFilter,
+    EstimatedCountPaginator,
+    QueueFilter,
+    TaskFilter,
+)
 from django_dbqueue.models import TERMINAL_STATES, Job, JobState
 
 STATE_COLOURS = {
@@ -107,10 +113,13 @@ class JobAdmin(ModelAdmin):
         "run_at",
     )
     list_display_links = ("id",)
-    list_filter = (StateFilter, "queue", "task", "last_error_code")
+    list_filter = (StateFilter, QueueFilter, TaskFilter, ErrorCodeFilter)
     search_fields = ("task", "dedupe_key", "=subject_id")
     ordering = ("-id",)
     list_per_page = 100
+    # Big tables: no second COUNT(*) of the whole table; estimated counts past a threshold.
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
     date_hierarchy = None
     actions = ("requeue_dead", "cancel_ready", "request_cancel", "run_now", "delete_finished")
     change_list_template = "admin/django_dbqueue/job/change_list.html"
