@@ -103,7 +103,7 @@ class JobAdmin(ModelAdmin):
     list_display = (
         "state_badge",
         "id",
-        "task",
+        "task_name",
         "queue",
         "attempts_used",
         "last_error_code",
@@ -272,6 +272,11 @@ class JobAdmin(ModelAdmin):
             badge,
             job.cancel_requested_at.isoformat(timespec="seconds"),
         )
+
+    @admin.display(description="task", ordering="task")
+    def task_name(self, job: Job) -> SafeString:
+        """The function's name; the full import path on hover (and on the job's page)."""
+        return format_html('<span title="{}">{}</span>', job.task, job.task.rsplit(".", 1)[-1])
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_used(self, job: Job) -> str:

@@ -159,6 +159,15 @@ class TestListPage:
         assert '<td class="field-last_error_line">ValueError: card 4242 declined</td>' in html
         assert "Traceback (most recent call last)" not in html
 
+    def test_shows_the_tasks_short_name_with_the_full_path_on_hover(
+        self, admin_client: Client
+    ) -> None:
+        job(task="tests.tasks.flaky")
+        html = admin_client.get(CHANGELIST).content.decode()
+        assert (
+            '<td class="field-task_name"><span title="tests.tasks.flaky">flaky</span></td>' in html
+        )
+
     @pytest.mark.parametrize(
         ("query", "expected"),
         [
