@@ -109,8 +109,6 @@ class JobAdmin(ModelAdmin):
         "last_error_code",
         "last_error_line",
         "age",
-        "priority",
-        "run_at",
     )
     list_display_links = ("id",)
     list_filter = (StateFilter, QueueFilter, TaskFilter, ErrorCodeFilter)
