@@ -28,6 +28,7 @@ WARM_UP = 5
 SAMPLE_TIMEOUT = 30.0
 POLL = 0.005
 
+#: Pickup latency: from the insert to the claim.
 LATENCY = """
 SELECT extract(epoch FROM started_at - created_at) * 1000 FROM dbqueue_job
 WHERE id = %s AND state = 'succeeded'
@@ -54,10 +55,10 @@ class RawWorker(threading.Thread):
                         raw.complete(working, claimed)
 
 
-def latency_ms(harness: Connection, job_id: int) -> float:
-    """Wait for job ``job_id`` to succeed; its pickup latency in milliseconds."""
+def latency_ms(harness: Connection, job_id: int, query: str = LATENCY) -> float:
+    """Wait for job ``job_id`` to succeed; its latency in milliseconds as ``query`` reads it."""
     deadline = time.monotonic() + SAMPLE_TIMEOUT
-    while (row := harness.execute(LATENCY, (job_id,)).fetchone()) is None:
+    while (row := harness.execute(query, (job_id,)).fetchone()) is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} did not succeed within {SAMPLE_TIMEOUT}s")
         time.sleep(POLL)

@@ -21,6 +21,8 @@ class Sizes:
     raw_jobs: int = 20_000
     drain_jobs: int = 20_000
     latency_samples: int = 200
+    #: Jobs scheduled 1 s ahead, and retries 1 s after their first attempt, one at a time.
+    lateness_samples: int = 24
     backlog_finished: int = 1_000_000
     backlog_ready: int = 200_000
     rss_jobs: int = 200_000
@@ -38,6 +40,7 @@ QUICK = Sizes(
     raw_jobs=2_000,
     drain_jobs=2_000,
     latency_samples=20,
+    lateness_samples=3,
     backlog_finished=50_000,
     backlog_ready=20_000,
     rss_jobs=20_000,

@@ -16,7 +16,7 @@ import django
 import psycopg
 from django.db import connections
 
-from benchmarks import admin_pages, database, drain, enqueue, latency, memory
+from benchmarks import admin_pages, database, drain, enqueue, latency, lateness, memory
 from benchmarks.results import Results
 from benchmarks.session import Session
 from benchmarks.sizes import Sizes
@@ -29,6 +29,7 @@ STEPS = (
     drain.run_raw,
     drain.run,
     latency.run,
+    lateness.run,
     drain.run_backlog,
     memory.run,
     admin_pages.run,

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from django_dbqueue import task
+from django_dbqueue import JobContext, Retry, task
 
 
 @task
 def noop() -> None:
     """Do nothing: a drain of these jobs measures the queue alone."""
+
+
+@task(takes_context=True, max_attempts=2)
+def retry_once(context: JobContext, delay: float) -> None:
+    """Ask for a retry after ``delay`` seconds on the first attempt; succeed on the second."""
+    if context.attempt == 1:
+        raise Retry(delay=delay)

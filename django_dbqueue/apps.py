@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
 
 
 class DbQueueConfig(AppConfig):
@@ -12,4 +13,17 @@ class DbQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_dbqueue import checks  # noqa: F401 - registers the system checks.
+        from django_dbqueue import (
+            checks,  # noqa: F401 - registers the system checks.
+            signals,
+            testing,
+        )
+
+        # Every app's tasks module, in every process (web, shell, worker), so the on_save()
+        # hooks and periodic schedules declared there are in place before the first save.
+        autodiscover_modules("tasks")
+        # Eager mode (DBQUEUE["EAGER"], tests only) runs committed jobs here. The receiver
+        # reads the setting on every commit, so override_settings switches it on and off.
+        signals.jobs_committed.connect(
+            testing.run_committed_jobs, dispatch_uid="django_dbqueue.testing.run_committed_jobs"
+        )

@@ -30,8 +30,15 @@ from django_dbqueue.enqueue import JobSpec, check_queue, encode_call, insert, sc
 from django_dbqueue.errors import LEASE_EXPIRED
 from django_dbqueue.exceptions import InvalidJob, LeaseLost
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.retry import Backoff
-from django_dbqueue.tasks import INT_MAX, EnqueueOptions, TaskNotFound, import_task, is_queue_name
+from django_dbqueue.retry import Backoff, retry_problem
+from django_dbqueue.tasks import (
+    INT_MAX,
+    EnqueueOptions,
+    TaskNotFound,
+    binding_problem,
+    import_task,
+    is_queue_name,
+)
 
 if TYPE_CHECKING:
     from django.tasks import task_backends
@@ -59,8 +66,6 @@ else:
 
 #: Keys a backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
 OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")
-#: Keys of ``OPTIONS["RETRY"]``, the fields of ``Backoff``.
-RETRY_KEYS = ("base", "factor", "cap")
 #: A result id is a job id as ``str(job.pk)`` writes it.
 RESULT_ID = re.compile(r"0|[1-9][0-9]{0,17}")
 #: The exception class path reported for a history entry without one (an expired lease).
@@ -298,15 +303,9 @@ def option_error(message: str) -> checks.CheckMessage:
 
 
 def check_retry(where: str, retry: object) -> list[checks.CheckMessage]:
-    if isinstance(retry, dict) and set(retry) <= set(RETRY_KEYS):
-        try:
-            replace(Backoff(), **retry)
-        except (TypeError, ValueError) as exc:
-            problem = str(exc)
-        else:
-            return []
-    else:
-        problem = f"it must be a dict with keys among {list(RETRY_KEYS)}"
+    problem = retry_problem(retry)
+    if problem is None:
+        return []
     return [
         checks.Error(
             f"{where}['RETRY'] is {retry!r}: {problem}",
@@ -340,12 +339,12 @@ def check_importable(task: Task[Any, Any]) -> None:
 def check_arguments(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
     """Refuse arguments that would not bind when the job runs (``InvalidJob``)."""
     leading = (None,) if task.takes_context else ()  # the context comes first
+    signature = inspect.signature(task.func)
     try:
-        inspect.signature(task.func).bind(*leading, *args, **kwargs)
+        signature.bind(*leading, *args, **kwargs)
     except TypeError as exc:
-        raise InvalidJob(
-            f"{task.module_path}: the arguments do not fit the function: {exc}."
-        ) from exc
+        problem = binding_problem(signature, args, kwargs, exc, leading=len(leading))
+        raise InvalidJob(f"{task.module_path}: {problem}.") from exc
 
 
 def load_framework_task(path: str) -> Task[Any, Any]:

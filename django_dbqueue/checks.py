@@ -1,20 +1,26 @@
 """System checks for the ``DBQUEUE`` settings and the database behind the queue.
 
-Ids: ``dbqueue.E001``-``E012`` are errors, ``dbqueue.W001``-``W002`` warnings.
+Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` warnings.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import re
+import sys
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from django.apps import apps
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
-from django_dbqueue import conf
+from django_dbqueue import conf, durations
+from django_dbqueue.retry import retry_problem
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
@@ -35,7 +41,7 @@ SECONDS = (
     "POLL_INTERVAL",
     "REAPER_INTERVAL",
 )
-SWITCHES = ("PREPARED_STATEMENTS", "WORKER_SYNCHRONOUS_COMMIT")
+SWITCHES = ("PREPARED_STATEMENTS", "WORKER_SYNCHRONOUS_COMMIT", "EAGER")
 CHANNEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 
 
@@ -58,16 +64,24 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_retention(merged),
         *_check_channel(merged["NOTIFY_CHANNEL"]),
         *_check_switches(merged),
+        *_check_retry(merged["RETRY"]),
     ]
 
 
 def _check_keys(raw: dict[str, Any]) -> list[CheckMessage]:
-    unknown = sorted(set(raw) - set(conf.DEFAULTS))
+    unknown = sorted(set(raw) - set(conf.DEFAULTS), key=str)
     if not unknown:
         return []
+    guesses = {
+        key: difflib.get_close_matches(str(key), conf.DEFAULTS, n=1, cutoff=0.5) for key in unknown
+    }
+    named = ", ".join(
+        f"{key!r} (did you mean {guess[0]!r}?)" if guess else repr(key)
+        for key, guess in guesses.items()
+    )
     return [
         Warning(
-            f"DBQUEUE has unknown keys {unknown}; they are ignored.",
+            f"DBQUEUE has unknown keys {named}; they are ignored.",
             hint=f"Known keys: {', '.join(conf.DEFAULTS)}.",
             id="dbqueue.W002",
         )
@@ -118,26 +132,19 @@ def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
 
 
 def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
-    max_attempts = merged["MAX_ATTEMPTS"]
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        messages.append(
-            Error(
-                f"DBQUEUE['MAX_ATTEMPTS'] is {max_attempts!r}; "
-                "it must be a whole number of 1 or more.",
-                hint="The default is 5.",
-                id="dbqueue.E004",
-            )
-        )
+    messages = _check_whole(merged, "MAX_ATTEMPTS", 1, "a whole number of 1 or more", "E004")
     for key in SECONDS:
-        if not (_is_number(merged[key]) and merged[key] > 0):
+        if not durations.is_seconds(merged[key]):
             messages.append(
                 Error(
-                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a number of seconds above 0.",
+                    f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be {durations.rule()}.",
                     hint=f"The default is {conf.DEFAULTS[key]}.",
                     id="dbqueue.E005",
                 )
             )
+    messages += _check_whole(
+        merged, "MAX_ARGS_BYTES", 0, "a whole number of bytes, 0 or more (0: no limit)", "E013"
+    )
     if _is_number(merged["RETRY_FACTOR"]) and 0 < merged["RETRY_FACTOR"] < 1:
         messages.append(
             Error(
@@ -147,6 +154,21 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+def _check_whole(
+    merged: dict[str, Any], key: str, minimum: int, what: str, number: str
+) -> list[CheckMessage]:
+    value = merged[key]
+    if not isinstance(value, bool) and isinstance(value, int) and value >= minimum:
+        return []
+    return [
+        Error(
+            f"DBQUEUE[{key!r}] is {value!r}; it must be {what}.",
+            hint=f"The default is {conf.DEFAULTS[key]}.",
+            id=f"dbqueue.{number}",
+        )
+    ]
 
 
 def _check_retention(merged: dict[str, Any]) -> list[CheckMessage]:
@@ -170,6 +192,20 @@ def _check_channel(channel: object) -> list[CheckMessage]:
             f"DBQUEUE['NOTIFY_CHANNEL'] is {channel!r}; it must be a PostgreSQL identifier.",
             hint="Use up to 63 letters, digits and '_', not starting with a digit.",
             id="dbqueue.E008",
+        )
+    ]
+
+
+def _check_retry(retry: object) -> list[CheckMessage]:
+    problem = retry_problem(retry)
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"DBQUEUE['RETRY'] is {retry!r}: {problem}.",
+            hint="For example {'base': 2, 'factor': 2, 'cap': 3600}: seconds, factor >= 1; "
+            "the same shape as a TASKS backend's OPTIONS['RETRY'].",
+            id="dbqueue.E014",
         )
     ]
 
@@ -266,3 +302,59 @@ def _check_business_alias(alias: str) -> list[CheckMessage]:
             id="dbqueue.W001",
         )
     ]
+
+
+@register()
+def check_on_save_imported(
+    app_configs: Sequence[AppConfig] | None = None, **_: Any
+) -> list[CheckMessage]:
+    """A module-level ``on_save()`` in a project module nothing imported (``dbqueue.W003``).
+
+    Its hook is never connected, so those saves would enqueue nothing, silently.
+    The project's own apps are read (not installed packages, migrations or test
+    modules); ``on_save()`` inside a function, such as ``AppConfig.ready()``, is
+    not looked at: it runs when that function does.
+    """
+    return [
+        Warning(
+            f"{module} calls on_save() at line {line}, but nothing imported {module} by the "
+            "time the checks ran, so that hook is not connected: those saves enqueue nothing.",
+            hint=(
+                f"Call on_save() from {app.name}'s AppConfig.ready() (or import {module} "
+                f"there), or move the call to {app.name}.tasks, which is imported at start-up."
+            ),
+            id="dbqueue.W003",
+        )
+        for app in app_configs or apps.get_app_configs()
+        for module, line in _module_level_on_save_calls(app)
+        if module not in sys.modules
+    ]
+
+
+def _module_level_on_save_calls(app: AppConfig) -> Iterator[tuple[str, int]]:
+    """``(module, line)`` of each ``on_save(...)`` statement at the top of the app's modules."""
+    root = Path(app.path)
+    if {"site-packages", "dist-packages"} & set(root.parts):
+        return
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).with_suffix("").parts
+        if "migrations" in relative or any(part.startswith("test") for part in relative):
+            continue
+        source = path.read_text(errors="replace")
+        if "on_save(" not in source:
+            continue
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        module = ".".join((app.name, *relative)).removesuffix(".__init__")
+        for statement in tree.body:
+            call = getattr(statement, "value", None)
+            if isinstance(call, ast.Call) and _called_name(call.func) == "on_save":
+                yield module, statement.lineno
+
+
+def _called_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""

@@ -8,7 +8,7 @@ Validation lives in ``checks.py``; this module only supplies defaults.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_BASE": 2,
     "RETRY_FACTOR": 2,
     "RETRY_CAP": 3600,
+    "RETRY": {},
     "POLL_INTERVAL": 5,
     "REAPER_INTERVAL": 5,
     "SUCCEEDED_RETENTION": timedelta(days=1),
@@ -35,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "OLDEST_READY_WARNING": 300,
     "PREPARED_STATEMENTS": True,
     "WORKER_SYNCHRONOUS_COMMIT": True,
+    "EAGER": False,
+    "MAX_ARGS_BYTES": 1024 * 1024,
 }
 
 
@@ -50,6 +53,9 @@ class QueueSettings:
     retry_base: float
     retry_factor: float
     retry_cap: float
+    #: ``{"base", "factor", "cap"}`` (each optional) over the three above: the shape a
+    #: ``TASKS`` backend's ``OPTIONS["RETRY"]`` takes.
+    retry: dict[str, float]
     poll_interval: float
     reaper_interval: float
     succeeded_retention: timedelta | None
@@ -60,11 +66,16 @@ class QueueSettings:
     prepared_statements: bool
     #: False: the worker's claims, completions and renewals commit asynchronously.
     worker_synchronous_commit: bool
+    #: Tests only: every job runs in the committing process when its transaction commits.
+    eager: bool
+    #: The longest a job's arguments may be as JSON text, in bytes (0: unbounded).
+    max_args_bytes: int
 
     @property
     def backoff(self) -> Backoff:
         """The retry policy for jobs whose task does not set its own."""
-        return Backoff(base=self.retry_base, factor=self.retry_factor, cap=self.retry_cap)
+        flat = Backoff(base=self.retry_base, factor=self.retry_factor, cap=self.retry_cap)
+        return replace(flat, **self.retry)
 
 
 def user_settings() -> dict[str, Any]:

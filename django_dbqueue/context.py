@@ -56,7 +56,7 @@ class JobContext:
         Also sets ``cancel_requested`` when an operator has asked the job to stop.
         """
         if not self.lease_lost.is_set():
-            renewal = leases.renew_report([self.lease])
+            renewal = leases.renew_all([self.lease])
             self.learn(renewal)
             if self.job_id in renewal.owned:
                 return

@@ -14,23 +14,20 @@ from django.db import connections, models
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, jsontext, sql, wakeups
+from django_dbqueue import conf, durations, jsontext, sql, wakeups
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import (
     EnqueueOptions,
     Task,
     TaskNotFound,
+    binding_problem,
     check_int,
     check_queue_name,
     load_task,
 )
 
 Call = tuple[Sequence[Any], dict[str, Any]]
-
-#: The longest ``delay=`` accepted: far enough for any schedule, short of the
-#: timestamp types' limits.
-MAX_DELAY = timedelta(days=100 * 365)
 
 #: How often an enqueue with a dedupe key re-tries when the active job it
 #: collided with finished before it could be read back.
@@ -192,14 +189,10 @@ def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
         return options.run_at, 0.0
     delay = options.delay or 0
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not 0 <= seconds <= MAX_DELAY.total_seconds()
-    ):
+    if not durations.is_seconds(seconds, zero=True):
         raise InvalidJob(
-            f"delay must be seconds (int or float) or a timedelta, from 0 to {MAX_DELAY.days} "
-            f"days; not {delay!r}."
+            f"delay must be seconds (int or float) or a timedelta, from 0 to "
+            f"{durations.MAX_DELAY.days} days; not {delay!r}."
         )
     return None, float(seconds)
 
@@ -210,6 +203,11 @@ def optional_key(name: str, key: object) -> str | None:
         return None
     if not isinstance(key, str) or not 1 <= len(key) <= 255:
         raise InvalidJob(f"{name} must be a string of 1-255 characters, not {key!r}.")
+    if "\x00" in key:
+        raise InvalidJob(
+            f"{name} {key!r} holds the NUL character (\\x00), which PostgreSQL cannot store. "
+            "Leave it out of the key."
+        )
     return key
 
 
@@ -226,22 +224,38 @@ def subject_columns(subject: models.Model | None) -> tuple[int | None, str | Non
 def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
     """The calls as one JSON array of ``{"args", "kwargs"}``; refuses what cannot bind or encode."""
     encoded = []
+    limit = conf.get().max_args_bytes
     for position, (args, kwargs) in enumerate(calls):
         where = f"{task.name} (call {position})" if len(calls) > 1 else task.name
         try:
             task.bind(args, kwargs)
         except TypeError as exc:
-            raise InvalidJob(f"{where}: the arguments do not fit the function: {exc}.") from exc
-        encoded.append(encode_call(where, list(args), kwargs))
+            leading = 1 if task.options.takes_context else 0
+            problem = binding_problem(task.signature, args, kwargs, exc, leading=leading)
+            raise InvalidJob(f"{where}: {problem}.") from exc
+        text = encode_call(where, list(args), kwargs)
+        # ASCII (json escapes the rest), so characters are bytes.
+        if limit and len(text) > limit:
+            raise InvalidJob(
+                f"{where}: the arguments take {len(text)} bytes as JSON, more than "
+                f"DBQUEUE['MAX_ARGS_BYTES'] ({limit}). Store large data in a row or a file "
+                "and pass its id."
+            )
+        encoded.append(text)
     return "[" + ",".join(encoded) + "]"
 
 
 def encode_call(where: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    named = [(f"argument {i}", value) for i, value in enumerate(args)]
+    named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
+    for label, value in named:
+        try:
+            jsontext.check_argument(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidJob(f"{where}: {label} {exc}.") from exc
     try:
         return jsontext.dumps({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as exc:
-        named = [(f"argument {i}", value) for i, value in enumerate(args)]
-        named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
         culprit = next((label for label, value in named if not is_json(value)), "an argument")
         raise InvalidJob(
             f"{where}: {culprit} is not JSON-serializable ({exc}). Pass JSON values "

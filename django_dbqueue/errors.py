@@ -11,6 +11,9 @@ TASK_NOT_FOUND = "TASK_NOT_FOUND"
 BAD_ARGUMENTS = "BAD_ARGUMENTS"
 RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"
 LEASE_EXPIRED = "LEASE_EXPIRED"
+#: Task code raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+#: ``asyncio.CancelledError``, ``KeyboardInterrupt``): a failed attempt like any other.
+TASK_ABORTED = "TASK_ABORTED"
 RETRY = Retry.code
 CANCELLED = JobCancelled.code
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 
@@ -40,16 +41,27 @@ class Retry(DbQueueError):
     """Raised by task code to ask for another attempt after ``delay``.
 
     The failed attempt counts against the job's budget and is recorded in its
-    history with the code ``RETRY``. ``delay=None`` uses the task's backoff.
+    history with the code ``RETRY``. ``delay=None`` uses the task's backoff; a
+    delay past ``durations.MAX_DELAY`` (100 years) waits that long. A delay
+    that is not a finite number of seconds, 0 or more, is a ``ValueError`` here.
     When the budget is spent the job becomes ``dead`` instead.
     """
 
     code = "RETRY"
 
     def __init__(self, delay: float | timedelta | None = None, message: str = "") -> None:
-        self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if self.delay is not None and self.delay < 0:
-            raise ValueError(f"Retry(delay={delay!r}): the delay cannot be negative.")
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds is not None and (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            raise ValueError(
+                f"Retry(delay={delay!r}): the delay must be a finite number of seconds, 0 or "
+                "more (or a timedelta), or None for the task's backoff."
+            )
+        self.delay = seconds
         super().__init__(message or "retry requested")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,6 +65,11 @@ class Lease:
         """Stable across attempts and requeues (see ``Job.idempotency_key``)."""
         return f"dbqueue-job-{self.job_id}"
 
+    @property
+    def leased_at(self) -> datetime:
+        """When the claim granted this lease (database clock): ``lease_until`` less its length."""
+        return self.lease_until - timedelta(seconds=self.lease_seconds)
+
 
 @dataclass(frozen=True)
 class ReapResult:
@@ -103,7 +108,25 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
         "limit": limit,
         "turn": next(_turns) % 1024,
     }
-    rows = sql.run_alone(connection, "claim", params)
+    return _leases(sql.run_alone(connection, "claim", params), worker_id)
+
+
+def claim_jobs(job_ids: Iterable[int], worker_id: str) -> list[Lease]:
+    """Lease the ``ready`` jobs among ``job_ids``, due or not (eager mode).
+
+    The caller names the jobs, so priority, ``run_at`` and serial keys are
+    not consulted; rows locked by other transactions are skipped (PostgreSQL,
+    MySQL). Each claimed job's ``attempts`` and ``lease_token`` grow by one,
+    as with ``claim``. Jobs no longer ready are left out.
+    """
+    ids = [int(job_id) for job_id in job_ids]
+    if not ids:
+        return []
+    params = {"job_ids": ids, "worker_id": worker_id}
+    return _leases(sql.run_alone(queue_connection(), "claim_jobs", params), worker_id)
+
+
+def _leases(rows: list[tuple[Any, ...]], worker_id: str) -> list[Lease]:
     # RETURNING has no order: hand the batch back in priority order.
     rows.sort(key=lambda row: (-row[10], sql.to_datetime(row[11]), row[0]))
     return [
@@ -125,16 +148,36 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
     ]
 
 
+def next_due(queues: Sequence[str] | None) -> float | None:
+    """Seconds until the next ``ready`` job of ``queues`` (``None``: every queue) becomes due.
+
+    By the database clock, from the jobs not due yet: ``None`` when there is
+    none. Jobs due already are left out, since a claim just passed them by
+    (locked by another worker, or waiting behind their serial key). One
+    read, served by the ready index.
+    """
+    params = {"queues": list(queues) if queues is not None else None}
+    rows = sql.run(queue_connection(), "next_due", params)
+    seconds = rows[0][0] if rows else None
+    return None if seconds is None else max(0.0, float(seconds))
+
+
 @dataclass(frozen=True)
 class Renewal:
-    """What one ``renew_report`` learnt: the job ids still owned, and those asked to stop.
+    """What ``renew_all`` found for each lease it was given.
 
-    ``cancel_requested`` is a subset of ``owned``: jobs an operator marked
-    with ``request_cancel``.
+    ``owned``: leases extended. ``settled``: jobs no longer running because
+    this very lease's own write settled them meanwhile (a success or failure
+    written while the renewal was on its way), by job id with the state they
+    are in: not a lost lease. ``lost``: the rest, taken by another worker or
+    the reaper. ``cancel_requested``: owned jobs an operator asked to stop
+    (``request_cancel``), read by the renew statement itself: no extra query.
     """
 
     owned: set[int]
-    cancel_requested: set[int]
+    settled: dict[int, str]
+    lost: set[int]
+    cancel_requested: set[int] = field(default_factory=set)
 
 
 def renew(leases: Iterable[Lease]) -> set[int]:
@@ -143,27 +186,67 @@ def renew(leases: Iterable[Lease]) -> set[int]:
     All leases go in one statement. A lease missing from the result is lost:
     the job was reaped, re-claimed or finished. Stop working on it.
     """
-    return renew_report(leases).owned
+    return renew_all(leases).owned
 
 
-def renew_report(leases: Iterable[Lease]) -> Renewal:
-    """``renew``, also reporting which owned jobs an operator asked to stop.
-
-    The cancel mark comes back in the renew statement itself: no extra query.
-    """
+def renew_all(leases: Iterable[Lease]) -> Renewal:
+    """``renew``, telling the leases another worker or the reaper took from those settled
+    by their own write (``settled_by``); only the first are logged as lost."""
     held = list(leases)
     if not held:
-        return Renewal(owned=set(), cancel_requested=set())
+        return Renewal(owned=set(), settled={}, lost=set())
     batch = [
         {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
         for lease in held
     ]
     rows = sql.run_alone(queue_connection(), "renew", {"leases": batch})
     owned = {row[0] for row in rows}
-    for lease in held:
-        if lease.job_id not in owned:
+    missing = [lease for lease in held if lease.job_id not in owned]
+    settled = settled_by(missing) if missing else {}
+    lost = {lease.job_id for lease in missing if lease.job_id not in settled}
+    for lease in missing:
+        if lease.job_id in lost:
             log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
-    return Renewal(owned=owned, cancel_requested={row[0] for row in rows if row[1] is not None})
+    marked = {row[0] for row in rows if row[1] is not None}
+    return Renewal(owned=owned, settled=settled, lost=lost, cancel_requested=marked)
+
+
+def settled_by(leases: Iterable[Lease]) -> dict[int, str]:
+    """The jobs among ``leases`` whose latest transition was their lease's own write.
+
+    For each such job, its state now: ``succeeded`` (the lease completed
+    it), or ``ready``/``dead``/``cancelled`` after a failure the lease
+    recorded (the job's newest history entry is that attempt's, by that
+    worker, and not an expiry). A job still running, or moved on by another
+    claim or by the reaper, is left out. This tells a write whose reply was
+    lost (it did apply) from a lease that was really lost; it reads a
+    handful of rows by primary key and is only called after a write or
+    renewal missed.
+    """
+    by_id = {lease.job_id: lease for lease in leases}
+    rows = (
+        Job.objects.using(conf.get().database)
+        .filter(pk__in=list(by_id))
+        .values_list("pk", "state", "lease_token", "errors")
+    )
+    return {
+        job_id: state
+        for job_id, state, lease_token, errors in rows
+        if lease_token == by_id[job_id].lease_token and _written_by(by_id[job_id], state, errors)
+    }
+
+
+def _written_by(lease: Lease, state: str, errors: list[dict[str, Any]]) -> bool:
+    if state == JobState.SUCCEEDED:
+        return True  # Only the holder of this lease token can complete the job.
+    if state == JobState.RUNNING or not errors:
+        return False
+    newest = errors[-1]
+    return (
+        newest.get("attempt") == lease.attempt
+        and newest.get("worker") == lease.worker_id
+        and newest.get("code") != LEASE_EXPIRED
+    )
 
 
 def complete(lease: Lease, result: object) -> bool:
@@ -180,7 +263,8 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
 
     ``done`` pairs each lease with its result as JSON text (``encode_result``).
     Every row keeps its own fencing check: a job whose lease is lost is left
-    as it is, logged, and missing from the result.
+    as it is, logged, and missing from the result. A job this lease already
+    completed (the reply of an earlier try was lost) counts as completed.
     """
     if not done:
         return set()
@@ -194,7 +278,13 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
         for lease, encoded in done
     ]
     completed = {row[0] for row in sql.run_alone(queue_connection(), "complete", {"rows": rows})}
-    for lease, _ in done:
+    missing = [lease for lease, _ in done if lease.job_id not in completed]
+    if missing:
+        # A retried write whose first reply was lost finds its own success already there.
+        completed |= {
+            job_id for job_id, state in settled_by(missing).items() if state == JobState.SUCCEEDED
+        }
+    for lease in missing:
         if lease.job_id not in completed:
             log_lost_lease("complete", lease.job_id, lease.worker_id, lease.lease_token)
     return completed
@@ -237,7 +327,8 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
     The job also becomes ``dead`` when its attempt budget is spent, whatever
     ``retry_at`` says. The error is stored bounded (``last_error`` keeps the
     traceback's end; the history keeps the last 10 entries). Returns ``False``
-    and changes nothing when the lease is lost.
+    and changes nothing when the lease is lost; ``True`` also when this
+    lease's failure is already recorded (the reply of an earlier try was lost).
     """
     info = (error if isinstance(error, ErrorInfo) else ErrorInfo.from_exception(error)).bounded()
 
@@ -271,6 +362,9 @@ def _settle_with_history(
     with sql.write_transaction(connection):
         locked = sql.run(connection, "lock_lease", fence)
         applied = bool(locked) and write(connection, sql.to_json(locked[0][0]))
+    if not applied:
+        # A retried write whose first reply was lost finds its own write already recorded.
+        applied = settled_by([lease]).get(lease.job_id) not in (None, JobState.SUCCEEDED)
     if not applied:
         log_lost_lease(action, lease.job_id, lease.worker_id, lease.lease_token)
     return applied
@@ -449,7 +543,8 @@ def cancel_running(lease: Lease) -> bool:
     A history entry with code ``CANCELLED`` is appended. Fenced like every
     transition: applies only for the current ``(worker_id, lease_token)`` with
     a live lease; otherwise changes nothing and returns ``False`` (a stale
-    attempt cannot cancel the job's newer attempt).
+    attempt cannot cancel the job's newer attempt). ``True`` also when this
+    lease's cancellation is already recorded (the reply of an earlier try was lost).
     """
     info = ErrorInfo(CANCELLED, f"cancelled on request during attempt {lease.attempt}")
 

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from django_dbqueue import conf
 from django_dbqueue.stats import QueueStats, queue_stats
-from django_dbqueue.worker.connections import DATABASE_ERRORS
 from django_dbqueue.worker.stats import HistogramSnapshot, WorkerStats
 
 INSTALL_HINT = (
@@ -179,7 +178,7 @@ class QueueCollector:
             return with_configured_queues(queue_stats())
         try:
             return with_configured_queues(queue_stats())
-        except DATABASE_ERRORS as exc:
+        except DatabaseError as exc:
             log.warning("metrics scrape left out queue gauges, database error: %s", exc)
             return None
         finally:
@@ -210,6 +209,25 @@ class WorkerCollector:
             durations = HistogramMetricFamily(name, help_text, labels=["worker_id"])
             durations.add_metric([self.worker_id], prometheus_buckets(histogram), histogram.sum)
             yield durations
+        yield from self._health()
+
+    def _health(self) -> Iterator[Metric]:
+        threads_alive, hung_slots = self.stats.health()
+        alive = GaugeMetricFamily(
+            "dbqueue_worker_thread_alive",
+            "1 while the worker thread runs, 0 once it is gone (the worker then exits).",
+            labels=["worker_id", "thread"],
+        )
+        for thread, is_alive in sorted(threads_alive.items()):
+            alive.add_metric([self.worker_id, thread], 1 if is_alive else 0)
+        yield alive
+        hung = GaugeMetricFamily(
+            "dbqueue_worker_hung_slots",
+            "Job slots stuck in a job past its timeout by more than its lease.",
+            labels=["worker_id"],
+        )
+        hung.add_metric([self.worker_id], hung_slots)
+        yield hung
 
 
 def prometheus_buckets(histogram: HistogramSnapshot) -> list[tuple[str, float]]:

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from django_dbqueue import durations
+
+#: The keys of a ``RETRY`` setting, in ``DBQUEUE`` and in a ``TASKS`` backend's ``OPTIONS``
+#: alike: the fields of ``Backoff``, each optional.
+RETRY_KEYS = ("base", "factor", "cap")
 
 
 @dataclass(frozen=True)
@@ -21,9 +28,12 @@ class Backoff:
     cap: float = 3600
 
     def __post_init__(self) -> None:
-        # Written so that NaN fails too.
-        if not (self.base > 0 and self.factor >= 1 and self.cap > 0):
-            raise ValueError(f"{self!r} is invalid: base and cap must be > 0 and factor >= 1.")
+        factor_ok = isinstance(self.factor, (int, float)) and 1 <= self.factor < math.inf
+        if not (durations.is_seconds(self.base) and durations.is_seconds(self.cap) and factor_ok):
+            raise ValueError(
+                f"{self!r} is invalid: base and cap must each be {durations.rule()}, and "
+                "factor a finite number of 1 or more."
+            )
 
     def ceiling(self, attempt: int) -> float:
         """The un-jittered delay ``d`` after failed attempt ``attempt`` (1-based)."""
@@ -43,3 +53,14 @@ class Backoff:
         """A jittered delay in seconds, uniform in ``[d / 2, d]``."""
         ceiling = self.ceiling(attempt)
         return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def retry_problem(retry: object) -> str | None:
+    """What is wrong with a ``RETRY`` setting (a dict of ``RETRY_KEYS``), or ``None``."""
+    if not isinstance(retry, dict) or not set(retry) <= set(RETRY_KEYS):
+        return f"it must be a dict with keys among {list(RETRY_KEYS)}"
+    try:
+        replace(Backoff(), **retry)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None

@@ -11,6 +11,15 @@ from django.dispatch import Signal
 #: same moment.
 jobs_committed = Signal()
 
+#: Sent on the worker when an attempt begins (on the thread that runs it, before the
+#: task is imported or called), with ``lease`` (the attempt's ``Lease``), ``job_id``,
+#: ``attempt`` (1-based) and ``leased_at``: when the claim granted the lease, by the
+#: database clock, so ``leased_at - job.run_at`` is the pickup latency. For integrations
+#: (APM spans, pickup metrics) that need no code in each task; ``job_finished`` follows
+#: when the outcome is written. A receiver that raises is logged and does not disturb
+#: the worker. ``testing.run_jobs`` and eager mode send it too.
+job_started = Signal()
+
 #: Sent by the worker once the outcome of an attempt is written to the job (a
 #: success from the worker's announcer thread, other outcomes from the job's),
 #: with ``lease`` (the attempt's ``Lease``) and ``outcome`` (``"succeeded"``,

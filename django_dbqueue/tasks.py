@@ -296,6 +296,66 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def binding_problem(
+    signature: inspect.Signature,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    error: TypeError,
+    *,
+    leading: int = 0,
+) -> str:
+    """Why ``args`` and ``kwargs`` do not fit ``signature``: every problem at once.
+
+    ``inspect`` reports only the first problem it meets (a missing argument
+    hides a misspelled one); this names the missing, unexpected, doubled and
+    surplus arguments together, after the fixed message prefix. ``leading``
+    parameters (a context the worker passes) are left out of the account;
+    ``error`` is the ``TypeError`` binding raised, shown when nothing else is found.
+    """
+    parameters = list(signature.parameters.values())[leading:]
+    kinds = {parameter.kind for parameter in parameters}
+    positional = [
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    by_keyword = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    filled = set(positional[: len(args)]) | set(kwargs)
+    problems = []
+    missing = [
+        p.name
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and p.name not in filled
+    ]
+    if missing:
+        problems.append(f"missing {_names(missing)}")
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        unexpected = [name for name in kwargs if name not in by_keyword]
+        if unexpected:
+            problems.append(f"unexpected keyword {_names(unexpected)}")
+    doubled = [name for name in positional[: len(args)] if name in kwargs]
+    if doubled:
+        problems.append(f"given both by position and by keyword: {_names(doubled)}")
+    if inspect.Parameter.VAR_POSITIONAL not in kinds and len(args) > len(positional):
+        problems.append(f"{len(args)} positional arguments given, {len(positional)} accepted")
+    found = "; ".join(problems) or str(error)
+    shown = inspect.Signature(
+        [parameter.replace(annotation=inspect.Parameter.empty) for parameter in parameters]
+    )
+    return f"the arguments do not fit the function{shown}: {found}"
+
+
+def _names(names: list[str]) -> str:
+    quoted = ", ".join(repr(name) for name in names)
+    return f"argument{'s' if len(names) > 1 else ''} {quoted}"
+
+
 class TaskNotFound(LookupError):
     """No django_dbqueue task can be loaded from a job's import path."""
 
@@ -314,8 +374,10 @@ def import_task(path: str, kind: type[T], what: str) -> T:
     """
     try:
         found = import_string(path)
-    # Importing runs the module's own code, which may raise anything.
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    # Importing runs the module's own code, which may raise anything, sys.exit() included.
+    except BaseException as exc:
         raise TaskNotFound(f"{path} cannot be imported: {type(exc).__name__}: {exc}") from exc
     if not isinstance(found, kind):
         raise TaskNotFound(f"{path} is {type(found).__name__}, not {what}.")

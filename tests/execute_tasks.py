@@ -7,11 +7,13 @@ the task observed. The test module clears both around every test.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django_dbqueue import JobContext, LeaseLost, task
+from django_dbqueue import JobContext, LeaseLost, Retry, task
 from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 
@@ -95,3 +97,29 @@ def stops_when_cancelled(context: JobContext) -> str:
     SEEN.append({"cancel_requested": context.cancel_requested.is_set()})
     context.raise_if_cancelled()
     return "not cancelled"
+
+
+@task(max_attempts=2, retry=Backoff(base=1, factor=1, cap=1))
+def exits(status: int) -> None:
+    sys.exit(status)
+
+
+@task(max_attempts=2, retry=Backoff(base=1, factor=1, cap=1))
+def cancelled() -> None:
+    raise asyncio.CancelledError("cancelled from inside the task")
+
+
+@task(max_attempts=2, retry=Backoff(base=1, factor=1, cap=1))
+async def cancelled_async() -> None:
+    raise asyncio.CancelledError("cancelled from inside the coroutine")
+
+
+@task(max_attempts=2, retry=Backoff(base=1, factor=1, cap=1))
+def interrupted() -> None:
+    raise KeyboardInterrupt
+
+
+@task(max_attempts=3, retry=Backoff(base=1, factor=1, cap=1))
+def retry_after(seconds: str) -> None:
+    """Ask for a retry after ``float(seconds)``: text, so ``nan`` and ``inf`` travel as JSON."""
+    raise Retry(delay=float(seconds))

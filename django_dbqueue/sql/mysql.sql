@@ -71,6 +71,39 @@ SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts
 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 
+-- name: claim_jobs
+-- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
+-- runs the jobs a commit enqueued, and their retries at once. Rows locked by other
+-- transactions are skipped, never awaited; priority and serial keys are not consulted (the
+-- caller names the jobs). Each claimed row gets what a claim gives it.
+SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+WHERE j.state = 'ready'
+FOR UPDATE SKIP LOCKED;
+SET @dbqueue_claimed_at = UTC_TIMESTAMP(6);
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_token + 1,
+    j.worker_id = %(worker_id)s, j.last_worker_id = %(worker_id)s,
+    j.lease_until = @dbqueue_claimed_at + INTERVAL j.lease_seconds SECOND,
+    j.started_at = @dbqueue_claimed_at;
+SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+       j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
+
+-- name: next_due
+-- Seconds from the database clock until the next ready job of %(queues)s (NULL: every
+-- queue) that is not due yet becomes due, or NULL when there is none (jobs already due are
+-- left out: a claim just passed them by).
+SET @dbqueue_now = UTC_TIMESTAMP(6);
+SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(run_at)) / 1000000.0
+FROM dbqueue_job
+WHERE state = 'ready' AND run_at > @dbqueue_now
+  AND (%(queues)s IS NULL OR queue IN (
+      SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+  ));
+
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)

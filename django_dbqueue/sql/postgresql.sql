@@ -123,6 +123,69 @@ WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
 
+-- name: claim_jobs
+-- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
+-- runs the jobs a commit enqueued, and their retries at once. Rows locked by other
+-- transactions are skipped, never awaited; priority and serial keys are not consulted (the
+-- caller names the jobs). Each claimed row gets what a claim gives it.
+WITH chosen AS (
+    SELECT id FROM dbqueue_job
+    WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
+      AND state = 'ready'
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE dbqueue_job j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    lease_token = j.lease_token + 1,
+    worker_id = %(worker_id)s,
+    last_worker_id = %(worker_id)s,
+    lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
+    started_at = clock_timestamp()
+WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
+
+-- name: next_due
+-- Seconds from the database clock until the next ready job of %(queues)s (NULL: every queue)
+-- that is not due yet becomes due, or NULL when there is none. Jobs already due are left
+-- out: a claim just passed them by (locked by another worker, or waiting behind a serial
+-- key). The ready index leads with (queue, priority), so each queue's priorities are walked
+-- from the highest down (one index probe per priority present) and each priority's next
+-- run_at is the first entry after the clock: a handful of probes whatever the backlog.
+WITH RECURSIVE ready_queue AS (
+    SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
+    UNION ALL
+    SELECT (SELECT min(j.queue) FROM dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
+    FROM ready_queue r
+    WHERE r.queue IS NOT NULL
+),
+served AS (
+    SELECT value AS queue FROM jsonb_array_elements_text(%(queues)s::jsonb)
+    UNION
+    SELECT queue FROM ready_queue WHERE queue IS NOT NULL AND %(queues)s::jsonb IS NULL
+),
+level AS (
+    SELECT s.queue,
+           (SELECT max(j.priority) FROM dbqueue_job j
+            WHERE j.state = 'ready' AND j.queue = s.queue) AS priority
+    FROM served s
+    UNION ALL
+    SELECT l.queue,
+           (SELECT max(j.priority) FROM dbqueue_job j
+            WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority < l.priority)
+    FROM level l
+    WHERE l.priority IS NOT NULL
+)
+SELECT extract(epoch FROM min(earliest.run_at) - clock_timestamp())::float8
+FROM level l
+CROSS JOIN LATERAL (
+    SELECT min(j.run_at) AS run_at FROM dbqueue_job j
+    WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority = l.priority
+      AND j.run_at > clock_timestamp()
+) earliest
+WHERE l.priority IS NOT NULL;
+
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds from the database clock. Applies only to rows still running under that

@@ -40,6 +40,12 @@ def enable(connection: BaseDatabaseWrapper) -> None:
         connection.connection.prepare_threshold = PREPARE_THRESHOLD
 
 
+def disable(connection: BaseDatabaseWrapper) -> None:
+    """Make a new ``connection`` run every statement unprepared, whatever its options say."""
+    if _psycopg3(connection):
+        connection.connection.prepare_threshold = None
+
+
 def prepares(connection: BaseDatabaseWrapper) -> bool:
     """Whether the queue's statements on ``connection`` (an open one) run prepared.
 

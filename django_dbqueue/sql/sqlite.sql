@@ -68,6 +68,31 @@ WHERE id IN (SELECT id FROM chosen)
 RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
           lease_seconds, queue, priority, run_at, backend;
 
+-- name: claim_jobs
+-- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
+-- runs the jobs a commit enqueued, and their retries at once. Priority and serial keys are
+-- not consulted (the caller names the jobs). Each claimed row gets what a claim gives it.
+UPDATE dbqueue_job
+SET state = 'running',
+    attempts = attempts + 1,
+    lease_token = lease_token + 1,
+    worker_id = %(worker_id)s,
+    last_worker_id = %(worker_id)s,
+    lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds'),
+    started_at = %(now)s
+WHERE id IN (SELECT value FROM json_each(%(job_ids)s)) AND state = 'ready'
+RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
+          lease_seconds, queue, priority, run_at, backend;
+
+-- name: next_due
+-- Seconds from %(now)s until the next ready job of %(queues)s (NULL: every queue) that is not
+-- due yet becomes due, or NULL when there is none (jobs already due are left out: a claim
+-- just passed them by).
+SELECT (julianday(min(run_at)) - julianday(%(now)s)) * 86400.0
+FROM dbqueue_job
+WHERE state = 'ready' AND run_at > %(now)s
+  AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)));
+
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)

@@ -8,6 +8,7 @@ are ordinary ones, as in a job thread.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from django.db import connections
 
 from django_dbqueue.leases import Lease
 from django_dbqueue.worker.execute import Outcome, announce
+
+log = logging.getLogger(__name__)
 
 
 class Announcer(threading.Thread):
@@ -47,7 +50,11 @@ class Announcer(threading.Thread):
         try:
             while (item := self._inbox.get()) is not None:
                 lease, outcome, duration = item
-                announce(lease, outcome, "", duration)
+                try:
+                    announce(lease, outcome, "", duration)
+                # Receivers are the project's code: whatever they raise, the next one is announced.
+                except BaseException:
+                    log.exception("job id=%s outcome=%s not announced", lease.job_id, outcome.value)
                 self.announced()
         finally:
             connections.close_all()

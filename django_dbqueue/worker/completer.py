@@ -6,12 +6,13 @@ the previous batch (up to ``MAX_BATCH``) with one ``complete`` statement, in
 which every row keeps its own fencing check, then reports each job's outcome
 to ``written``: ``SUCCEEDED``, ``LEASE_LOST`` when the database refused the
 row, or ``UNRECORDED`` when the database stayed unreachable for the lease's
-length (the reaper recovers those). Under load this turns a commit per job
+length (the reaper recovers those). A failure the database may get over (a lost
+connection, a read-only or restarting server, a vanished prepared statement:
+``faults``) is retried; a row the database refuses is written alone, so it
+cannot hold back the rest of its batch. Under load this turns a commit per job
 into a commit per batch; a lone job is written at once (group commit: nobody
 waits for a window). Until its outcome is reported a job stays the worker's:
-its lease is renewed and shutdown waits for it. A row the database refuses
-(rather than a lost connection) is written alone, so it cannot hold back the
-rest of its batch.
+its lease is renewed and shutdown waits for it.
 """
 
 from __future__ import annotations
@@ -23,17 +24,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError
-
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
-from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
+from django_dbqueue.worker.connections import Survival, recover
 from django_dbqueue.worker.execute import (
     WRITE_RETRY,
     Outcome,
     log_unrecorded,
     worth_retrying,
 )
+from django_dbqueue.worker.faults import classify
 from django_dbqueue.worker.session import worker_session
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,7 @@ class Completer(threading.Thread):
         self._inbox.put(_Pending(context, encoded, started, give_up_at))
 
     def run(self) -> None:
+        survival = Survival("job success writing")
         with worker_session():
             retrying: list[_Pending] = []
             failures = 0
@@ -94,13 +95,16 @@ class Completer(threading.Thread):
                     continue
                 try:
                     completed = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
-                except DATABASE_ERRORS as exc:
-                    close_queue_connection()
-                    failures += 1
-                    retrying = self._still_worth_writing(batch, failures, exc)
-                    continue
-                except DatabaseError as exc:
+                except Exception as exc:  # noqa: BLE001 - classified: retried, or written row by row.
+                    fault = classify(exc)
+                    if fault.transient:
+                        failures += 1
+                        retrying = self._still_worth_writing(batch, survival, failures, exc)
+                        continue
+                    recover(fault)
                     batch, completed = self._write_one_by_one(batch, exc)
+                if failures:
+                    survival.succeeded()
                 retrying, failures = [], 0
                 for pending in batch:
                     applied = pending.context.job_id in completed
@@ -123,10 +127,10 @@ class Completer(threading.Thread):
         return batch
 
     def _still_worth_writing(
-        self, batch: list[_Pending], failures: int, exc: Exception
+        self, batch: list[_Pending], survival: Survival, failures: int, exc: Exception
     ) -> list[_Pending]:
         """After a failed write: report the jobs to give up on, pause, return the rest."""
-        pause = WRITE_RETRY.delay(failures)
+        pause = survival.failed(exc, cap=WRITE_RETRY.delay(failures))
         kept: list[_Pending] = []
         for pending in batch:
             if worth_retrying(pending.context, pending.give_up_at, pause):
@@ -135,14 +139,12 @@ class Completer(threading.Thread):
                 log_unrecorded(pending.context, Outcome.SUCCEEDED, exc)
                 self._report(pending, Outcome.UNRECORDED)
         if kept:
-            log.warning(
-                "%s job successes not written yet, retrying in %.1fs: %s", len(kept), pause, exc
-            )
+            log.debug("%s job successes not written yet, retrying in %.1fs", len(kept), pause)
             time.sleep(pause)
         return kept
 
     def _write_one_by_one(
-        self, batch: list[_Pending], exc: DatabaseError
+        self, batch: list[_Pending], exc: Exception
     ) -> tuple[list[_Pending], set[int]]:
         """After the database refused a batch: write each row alone, so one bad row fails alone.
 
@@ -157,8 +159,8 @@ class Completer(threading.Thread):
         for pending in batch:
             try:
                 completed |= leases.complete_many([(pending.context.lease, pending.encoded)])
-            except DatabaseError as row_exc:
-                close_queue_connection()
+            except Exception as row_exc:  # noqa: BLE001 - this row alone fails; the reaper recovers it.
+                recover(classify(row_exc))
                 log_unrecorded(pending.context, Outcome.SUCCEEDED, row_exc)
                 self._report(pending, Outcome.UNRECORDED)
             else:
@@ -168,4 +170,9 @@ class Completer(threading.Thread):
     def _report(self, pending: _Pending, outcome: Outcome) -> None:
         with self._lock:
             self._backlog -= 1
-        self.written(pending.context, outcome, pending.started)
+        try:
+            self.written(pending.context, outcome, pending.started)
+        except Exception:
+            log.exception(
+                "job id=%s outcome=%s not reported", pending.context.job_id, outcome.value
+            )

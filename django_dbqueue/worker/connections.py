@@ -1,4 +1,4 @@
-"""Database connection hygiene for the worker's long-lived threads."""
+"""Database connection hygiene for the worker's long-lived threads, and how their loops survive."""
 
 from __future__ import annotations
 
@@ -6,20 +6,25 @@ import logging
 import threading
 from collections.abc import Callable
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import DatabaseError, connections
 
 from django_dbqueue import conf
 from django_dbqueue.retry import Backoff
+from django_dbqueue.worker import session
+from django_dbqueue.worker.faults import Fault, classify
 
 log = logging.getLogger(__name__)
 
-#: What a lost or unusable connection raises; everything else is a bug to surface.
-DATABASE_ERRORS = (OperationalError, InterfaceError)
-
 
 def close_queue_connection() -> None:
-    """Drop this thread's connection to the queue's database; the next query reconnects."""
-    connections[conf.get().database].close()
+    """Drop this thread's connection to the queue's database; the next query reconnects.
+
+    Never raises: a connection too broken to close cleanly is dropped all the same.
+    """
+    try:
+        connections[conf.get().database].close()
+    except DatabaseError as exc:
+        log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
 
 
 def close_broken_connections() -> None:
@@ -30,40 +35,72 @@ def close_broken_connections() -> None:
     """
     for connection in connections.all(initialized_only=True):
         if connection.errors_occurred and not connection.is_usable():
-            connection.close()
+            try:
+                connection.close()
+            except DatabaseError as exc:
+                log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
 
 
-class Reconnect:
-    """Consecutive database failures of one loop, and how long to pause after each.
+class Survival:
+    """How one worker loop lives through any failure: log it once, drop what broke, pause.
 
-    Pauses grow from half a second to ten (jittered), so a database outage
-    costs neither a busy loop nor a long wait once it is back.
+    Consecutive failures of the loop form a streak. Its first failure, and
+    each change of fault within it, is logged once with its traceback (a bug
+    at ERROR, a database fault at WARNING); repeats go to DEBUG, and the end
+    of the streak is logged at INFO. What the fault calls for is done before
+    the pause (``recover``). Pauses grow from half a second to five
+    (jittered), so an outage costs neither a busy loop nor a long wait once
+    it is over.
     """
 
-    policy = Backoff(base=0.5, factor=2, cap=10)
+    policy = Backoff(base=0.5, factor=2, cap=5)
 
-    def __init__(self, what: str) -> None:
-        self.what = what
+    def __init__(self, loop: str) -> None:
+        self.loop = loop
         self.failures = 0
+        self.fault: Fault | None = None
 
-    def failed(self, exc: Exception) -> float:
-        """Log the failure, drop the connection, and return the pause before retrying."""
+    def failed(self, exc: BaseException, cap: float | None = None) -> float:
+        """Note the failure and return the pause (at most ``cap`` seconds) before trying again."""
+        fault = classify(exc)
         self.failures += 1
+        if fault is not self.fault:
+            log.log(
+                logging.ERROR if fault is Fault.BUG else logging.WARNING,
+                "%s failed (%s), retrying until it recovers: %s: %s",
+                self.loop,
+                fault.label,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            log.debug(
+                "%s failed again (%s, failure %s): %s", self.loop, fault.label, self.failures, exc
+            )
+        self.fault = fault
+        recover(fault)
         pause = self.policy.delay(self.failures)
-        log.warning(
-            "database unavailable during %s (failure %s), retrying in %.1fs: %s",
-            self.what,
-            self.failures,
-            pause,
-            exc,
-        )
-        close_queue_connection()
-        return pause
+        return pause if cap is None else min(pause, cap)
 
     def succeeded(self) -> None:
         if self.failures:
-            log.info("database reachable again for %s", self.what)
+            log.info(
+                "%s recovered after %s failures (%s)",
+                self.loop,
+                self.failures,
+                self.fault.label if self.fault else "",
+            )
         self.failures = 0
+        self.fault = None
+
+
+def recover(fault: Fault) -> None:
+    """Do what ``fault`` calls for on this thread: stop preparing, drop the connection."""
+    if fault.unprepare:
+        session.stop_preparing()
+    if fault.reconnect:
+        close_queue_connection()
 
 
 def repeat(
@@ -75,17 +112,20 @@ def repeat(
 ) -> None:
     """Call ``action`` every ``interval`` seconds until ``stop`` is set.
 
-    A lost connection is logged and retried after a growing pause instead;
-    other errors propagate. The thread's connections are closed at the end.
+    Whatever it raises is survived (``Survival``): logged once a streak,
+    followed by a growing pause instead. The thread's connections are closed
+    at the end.
     """
-    reconnect = Reconnect(what)
+    survival = Survival(what)
     pause = first_pause
-    while not stop.wait(pause):
-        try:
-            action()
-        except DATABASE_ERRORS as exc:
-            pause = reconnect.failed(exc)
-            continue
-        reconnect.succeeded()
-        pause = interval
-    connections.close_all()
+    try:
+        while not stop.wait(pause):
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
+                pause = survival.failed(exc)
+                continue
+            survival.succeeded()
+            pause = interval
+    finally:
+        connections.close_all()

@@ -1,7 +1,8 @@
 """Run one claimed job and record its outcome through the lease protocol.
 
-This is the only place with a broad ``except``: whatever task code raises is
-recorded on the job, never allowed to crash the worker.
+Whatever task code raises, ``BaseException`` included (``SystemExit``,
+``CancelledError``), is recorded on the job as a failed attempt, never allowed
+to end the worker's thread.
 """
 
 from __future__ import annotations
@@ -10,17 +11,19 @@ import enum
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from django_dbqueue import leases, runnable, signals
+from django_dbqueue import durations, leases, runnable, signals
 from django_dbqueue.context import JobContext
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
     CANCELLED,
     RESULT_NOT_SERIALIZABLE,
+    TASK_ABORTED,
     TASK_NOT_FOUND,
     ErrorInfo,
 )
@@ -29,7 +32,8 @@ from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 from django_dbqueue.runnable import Runnable
 from django_dbqueue.tasks import TaskNotFound
-from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
+from django_dbqueue.worker.connections import recover
+from django_dbqueue.worker.faults import classify
 from django_dbqueue.worker.outcome_log import outcome_log
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,13 @@ def execute(
     it writes and announces it. Never raises for task failures, nor for a
     failing signal receiver.
     """
+    signals.job_started.send_robust(
+        sender=Job,
+        lease=lease,
+        job_id=lease.job_id,
+        attempt=lease.attempt,
+        leased_at=lease.leased_at,
+    )
     context = context or JobContext(lease)
     started = time.monotonic()
     outcome, code = _attempt(lease, context, hand_over, started)
@@ -129,24 +140,41 @@ def _attempt(
     except JobCancelled:
         return _write(context, lambda: leases.cancel_running(lease), Outcome.CANCELLED), CANCELLED
     except Retry as exc:
-        delay = exc.delay if exc.delay is not None else task.backoff.delay(lease.attempt)
-        return _retry(context, ErrorInfo.from_exception(exc), delay)
-    except Exception as exc:  # noqa: BLE001 - task code may raise anything; it is recorded on the job.
+        return _retry_requested(context, task, exc)
+    # Task code may raise anything, SystemExit and CancelledError included: it is recorded on
+    # the job as a failed attempt, and the slot goes on.
+    except BaseException as exc:  # noqa: BLE001
         return _failed(context, task, exc)
     try:
         if hand_over is not None:
             hand_over(context, result, started)
             return Outcome.HANDED_OVER, ""
-        return _write(context, lambda: leases.complete(lease, result), Outcome.SUCCEEDED), ""
+        encoded = leases.encode_result(lease, result)
     except leases.ResultNotSerializable as exc:
         return _give_up(context, ErrorInfo.from_exception(exc, RESULT_NOT_SERIALIZABLE))
+    completed = _write(
+        context, lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
+    )
+    return completed, ""
 
 
-def _failed(context: JobContext, task: Runnable, exc: Exception) -> tuple[Outcome, str]:
-    info = ErrorInfo.from_exception(exc)
+def _failed(context: JobContext, task: Runnable, exc: BaseException) -> tuple[Outcome, str]:
+    # A BaseException's own ``code`` (SystemExit's exit status) names no error: ours does.
+    info = ErrorInfo.from_exception(exc, None if isinstance(exc, Exception) else TASK_ABORTED)
     if isinstance(exc, (PermanentError, *task.give_up_on)):
         return _give_up(context, info)
     return _retry(context, info, task.backoff.delay(context.attempt))
+
+
+def _retry_requested(context: JobContext, task: Runnable, exc: Retry) -> tuple[Outcome, str]:
+    """``raise Retry(delay=...)``: the delay asked for (capped at ``MAX_DELAY``) or the backoff."""
+    info = ErrorInfo.from_exception(exc)
+    if exc.delay is None:
+        return _retry(context, info, task.backoff.delay(context.attempt))
+    delay = durations.capped(exc.delay)
+    if delay < exc.delay:
+        info = replace(info, message=f"{info.message} (delay {exc.delay:g}s capped at {delay:g}s)")
+    return _retry(context, info, delay)
 
 
 def _retry(context: JobContext, info: ErrorInfo, delay: float) -> tuple[Outcome, str]:
@@ -165,26 +193,31 @@ def _give_up(context: JobContext, info: ErrorInfo) -> tuple[Outcome, str]:
 def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome) -> Outcome:
     """Apply ``transition``; ``outcome`` if it took, ``LEASE_LOST`` if the lease was gone.
 
-    A lost connection is retried with growing pauses while ``worth_retrying``;
-    after that the outcome is ``UNRECORDED`` and the expired lease is the
-    reaper's to recover.
+    A failure the database may get over (``faults``: a lost connection, a
+    read-only or restarting server) is retried with growing pauses while
+    ``worth_retrying``; after that, or at once for any other failure, the
+    outcome is ``UNRECORDED`` and the expired lease is the reaper's to
+    recover. A retry that finds this lease's own write already applied (its
+    reply was lost) reports the outcome, not a lost lease (``leases``).
     """
     give_up_at = time.monotonic() + context.lease.lease_seconds
     failures = 0
     while True:
         try:
             return outcome if transition() else Outcome.LEASE_LOST
-        except DATABASE_ERRORS as exc:
-            close_queue_connection()
+        except Exception as exc:  # noqa: BLE001 - classified: retried while it may help.
+            fault = classify(exc)
+            recover(fault)
             failures += 1
             pause = WRITE_RETRY.delay(failures)
-            if not worth_retrying(context, give_up_at, pause):
+            if not (fault.transient and worth_retrying(context, give_up_at, pause)):
                 log_unrecorded(context, outcome, exc)
                 return Outcome.UNRECORDED
             log.warning(
-                "job id=%s outcome=%s not written yet, retrying in %.1fs: %s",
+                "job id=%s outcome=%s not written yet (%s), retrying in %.1fs: %s",
                 context.job_id,
                 outcome.value,
+                fault.label,
                 pause,
                 exc,
             )
@@ -202,8 +235,10 @@ def worth_retrying(context: JobContext, give_up_at: float, pause: float) -> bool
 
 def log_unrecorded(context: JobContext, outcome: Outcome, exc: Exception) -> None:
     log.error(
-        "job id=%s outcome=%s could not be written, leaving it to the reaper: %s",
+        "job id=%s outcome=%s could not be written (%s), leaving it to the reaper: %s",
         context.job_id,
         outcome.value,
+        classify(exc).label,
         exc,
+        exc_info=exc,
     )

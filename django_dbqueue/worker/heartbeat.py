@@ -4,7 +4,10 @@ It runs every third of the shortest lease among the running jobs, so a lease
 survives two missed beats; a job with a shorter lease than the others shortens
 the wait as soon as it starts. A job past its task's ``timeout`` is no longer
 renewed: its ``lease_lost`` event is set and the reaper recovers it once the
-lease lapses. A lease the database no longer grants is reported the same way.
+lease lapses. A lease the database no longer grants is reported the same way,
+but a job that its own success or failure settled while the renewal was on its
+way is not a lost lease: it is neither logged nor counted. Whatever a beat
+raises is survived: logged once, retried within half a beat.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 import time
 
 from django_dbqueue import conf, leases
-from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
+from django_dbqueue.worker.connections import Survival
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.session import worker_session
 from django_dbqueue.worker.stats import WorkerStats
@@ -40,17 +43,24 @@ class Heartbeat(threading.Thread):
         return shortest / 3
 
     def run(self) -> None:
+        survival = Survival("lease renewal")
         last_beat = time.monotonic()
         with worker_session():
             while not self.stop.is_set():
                 interval = self.interval()
                 due = last_beat + interval
-                if time.monotonic() >= due:
-                    self.beat()
-                    last_beat = time.monotonic()
+                if time.monotonic() < due:
+                    # A newly added job with a shorter lease wakes it: recompute the wait then.
+                    self.live.wait_for_shorter_lease(interval * 3, due - time.monotonic())
                     continue
-                # A newly added job with a shorter lease wakes it: recompute the wait then.
-                self.live.wait_for_shorter_lease(interval * 3, due - time.monotonic())
+                try:
+                    self.beat()
+                except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
+                    # Try again well within the lease: half a beat at most.
+                    last_beat = time.monotonic() - interval + survival.failed(exc, interval / 2)
+                    continue
+                survival.succeeded()
+                last_beat = time.monotonic()
 
     def close(self) -> None:
         """Stop beating (after ``stop`` is set) and wait for the thread."""
@@ -73,14 +83,9 @@ class Heartbeat(threading.Thread):
                 renewing.append(job)
         if not renewing:
             return
-        try:
-            renewal = leases.renew_report(job.lease for job in renewing)
-        except DATABASE_ERRORS as exc:
-            log.warning("lease renewal failed, retrying next beat: %s", exc)
-            close_queue_connection()
-            return
+        renewal = leases.renew_all(job.lease for job in renewing)
         for job in renewing:
             job.context.learn(renewal)
-            if job.lease.job_id not in renewal.owned:
+            if job.lease.job_id in renewal.lost:
                 job.context.lease_lost.set()
                 self.stats.add("renew_failures")

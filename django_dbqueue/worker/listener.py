@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connections
 
 from django_dbqueue import conf, signals
-from django_dbqueue.worker.connections import Reconnect
+from django_dbqueue.worker.connections import Survival
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,14 @@ class Listener(threading.Thread):
             self.wake.set()
 
     def run(self) -> None:
-        # Imported here: only PostgreSQL workers listen, and SQLite setups need no libpq.
-        import psycopg
-
-        reconnect = Reconnect("listen")
+        survival = Survival("listen")
         while not self.stop.is_set():
             try:
-                self._listen(reconnect)
-            except psycopg.Error as exc:
-                self.stop.wait(reconnect.failed(exc))
+                self._listen(survival)
+            except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
+                self.stop.wait(survival.failed(exc))
 
-    def _listen(self, reconnect: Reconnect) -> None:
+    def _listen(self, survival: Survival) -> None:
         """LISTEN until ``stop``; raises ``psycopg.Error`` when the connection fails."""
         import psycopg
         from psycopg import sql
@@ -71,7 +68,7 @@ class Listener(threading.Thread):
         channel = sql.Identifier(conf.get().notify_channel)
         with psycopg.connect(**params, autocommit=True) as listening:
             listening.execute(sql.SQL("LISTEN {}").format(channel))
-            reconnect.succeeded()
+            survival.succeeded()
             self.wake.set()  # Jobs committed while nobody listened: look now.
             while not self.stop.is_set():
                 for notify in listening.notifies(timeout=LISTEN_TICK):

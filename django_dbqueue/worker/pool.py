@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import connections
@@ -16,11 +17,13 @@ log = logging.getLogger(__name__)
 
 
 class JobPool:
-    """``size`` threads taking jobs from a queue and calling ``run`` on each.
+    """``size`` slots (threads) taking jobs from a queue and calling ``run`` on each.
 
-    A thread never dies of a job: whatever escapes ``run`` is logged. Each
-    thread closes its database connections when the pool stops. Threads are
-    daemons, so a job still running when the process exits does not hold it.
+    A slot never dies of a job: whatever escapes ``run``, ``BaseException``
+    included, is logged and the slot takes the next job. ``running()`` tells
+    which job each busy slot is on. Each thread closes its database
+    connections when the pool stops. Threads are daemons, so a job still
+    running when the process exits does not hold it.
     """
 
     def __init__(self, size: int, run: Callable[[JobContext], None]) -> None:
@@ -28,14 +31,15 @@ class JobPool:
         self._run = run
         self._inbox: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._busy = 0
+        self._running: dict[int, JobContext] = {}
         self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._serve, name=f"dbqueue-job-{n}", daemon=True)
+        self.threads = [
+            threading.Thread(target=self._serve, args=(n,), name=f"dbqueue-slot-{n}", daemon=True)
             for n in range(size)
         ]
 
     def start(self) -> None:
-        for thread in self._threads:
+        for thread in self.threads:
             thread.start()
 
     @property
@@ -48,28 +52,40 @@ class JobPool:
     def free(self) -> int:
         return self.size - self.busy
 
+    def running(self) -> list[JobContext]:
+        """The jobs the slots are running now (a job handed to the completer is not)."""
+        with self._lock:
+            return list(self._running.values())
+
     def submit(self, context: JobContext) -> None:
         with self._lock:
             self._busy += 1
         self._inbox.put(context)
 
     def stop(self, wait: float) -> None:
-        """Let idle threads exit (closing their connections); wait up to ``wait`` seconds."""
-        for _ in self._threads:
+        """Let idle threads exit (closing their connections); wait up to ``wait`` seconds in all."""
+        for _ in self.threads:
             self._inbox.put(None)
-        for thread in self._threads:
-            thread.join(wait)
+        deadline = time.monotonic() + wait
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _serve(self) -> None:
+    def _serve(self, slot: int) -> None:
         try:
             while (context := self._inbox.get()) is not None:
+                with self._lock:
+                    self._running[slot] = context
                 try:
                     self._run(context)
-                except Exception:
-                    log.exception("worker thread error on job id=%s", context.job_id)
+                # The slot's survival guard: nothing a job does may end the slot.
+                except BaseException:
+                    log.exception(
+                        "job slot %s: unexpected error on job id=%s", slot, context.job_id
+                    )
                 finally:
-                    close_broken_connections()
                     with self._lock:
+                        self._running.pop(slot, None)
                         self._busy -= 1
+                    close_broken_connections()
         finally:
             connections.close_all()

@@ -12,6 +12,7 @@ and enqueue keep the connection exactly as the project configured it.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,8 @@ from django.db.backends.signals import connection_created
 
 from django_dbqueue import conf, sql
 from django_dbqueue.sql import prepared
+
+log = logging.getLogger(__name__)
 
 _thread = threading.local()
 
@@ -43,6 +46,7 @@ def worker_session() -> Iterator[None]:
         return
     _thread.alias = cfg.database
     _thread.prepare = cfg.prepared_statements
+    _thread.unprepared = False
     _thread.synchronous_commit = None if cfg.worker_synchronous_commit else "off"
     try:
         if connection.connection is not None:
@@ -55,10 +59,28 @@ def worker_session() -> Iterator[None]:
 
 def set_up(connection: BaseDatabaseWrapper) -> None:
     """Apply the worker's settings to a new ``connection``: preparation, the vendor's set-up."""
-    if _thread.prepare:
+    if _thread.unprepared:
+        prepared.disable(connection)
+    elif _thread.prepare:
         prepared.enable(connection)
     if sql.defines(connection, "worker_session"):
         sql.run(connection, "worker_session", {"synchronous_commit": _thread.synchronous_commit})
+
+
+def stop_preparing() -> None:
+    """From now on this thread's worker session runs plain statements, never prepared ones.
+
+    For a thread whose prepared statements vanished (a pooler handing it
+    another server connection, a ``DEALLOCATE``): its next connection is set
+    up unprepared. Outside a worker session it does nothing.
+    """
+    if getattr(_thread, "alias", None) is None or _thread.unprepared:
+        return
+    _thread.unprepared = True
+    log.warning(
+        "prepared statements vanished on this thread's connection; "
+        "it runs plain statements from now on"
+    )
 
 
 def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **_: Any) -> None:

@@ -80,8 +80,10 @@ class WorkerStats:
     because the lease was gone; ``unrecorded`` counts outcomes that could not
     be written at all (database unreachable until the lease ran out: the
     reaper recovers those jobs); ``renew_failures`` counts leases the
-    heartbeat found lost. ``claim_duration`` times each successful batched
-    claim; ``run_duration`` times each job from start to recorded outcome.
+    heartbeat found lost (taken by another worker or the reaper; a job whose
+    own outcome was written meanwhile is not counted). ``claim_duration``
+    times each successful batched claim; ``run_duration`` times each job from
+    start to recorded outcome.
     """
 
     claimed: int = 0
@@ -98,6 +100,10 @@ class WorkerStats:
     run_duration: Histogram = field(
         default_factory=lambda: Histogram(RUN_BUCKETS), repr=False, compare=False
     )
+    #: The watchdog's latest reading: each watched thread's name and whether it is alive.
+    threads_alive: dict[str, bool] = field(default_factory=dict, compare=False)
+    #: The watchdog's latest reading: slots stuck in a job past its timeout by over a lease.
+    hung_slots: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:
@@ -105,6 +111,17 @@ class WorkerStats:
             raise ValueError(f"{name!r} is not a worker counter; use one of {COUNTERS}.")
         with self._lock:
             setattr(self, name, getattr(self, name) + amount)
+
+    def set_health(self, threads_alive: dict[str, bool], hung_slots: int) -> None:
+        """Record the watchdog's reading (``threads_alive`` and ``hung_slots``)."""
+        with self._lock:
+            self.threads_alive = dict(threads_alive)
+            self.hung_slots = hung_slots
+
+    def health(self) -> tuple[dict[str, bool], int]:
+        """The watchdog's latest reading: ``(threads_alive, hung_slots)``."""
+        with self._lock:
+            return dict(self.threads_alive), self.hung_slots
 
     def snapshot(self) -> dict[str, int]:
         """The counters now, as a plain dict (histograms are read on their own)."""

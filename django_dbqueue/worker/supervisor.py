@@ -28,10 +28,9 @@ from django.db import connections
 
 from django_dbqueue import conf, leases, periodic, reaper, runnable
 from django_dbqueue.context import JobContext
-from django_dbqueue.tasks import TaskNotFound
 from django_dbqueue.worker.announcer import Announcer
 from django_dbqueue.worker.completer import Completer
-from django_dbqueue.worker.connections import DATABASE_ERRORS, Reconnect, repeat
+from django_dbqueue.worker.connections import Survival, repeat
 from django_dbqueue.worker.execute import Outcome, execute
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener
@@ -39,6 +38,7 @@ from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
 from django_dbqueue.worker.session import worker_session
 from django_dbqueue.worker.stats import WorkerStats
+from django_dbqueue.worker.watchdog import TICK, Watchdog, WorkerBroken
 
 log = logging.getLogger("django_dbqueue.worker")
 
@@ -104,6 +104,8 @@ class Worker:
         self.periodic = threading.Thread(
             target=self._schedule_until_stopping, name="dbqueue-periodic", daemon=True
         )
+        self.watchdog = Watchdog(self._started_threads, self.pool, self.live, self.stats)
+        self._next_health_check = 0.0
 
     def run(self) -> None:
         """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
@@ -127,6 +129,10 @@ class Worker:
             try:
                 with worker_session():
                     self._claim_until_done()
+            except WorkerBroken as exc:
+                log.critical("worker id=%s cannot go on, exiting: %s", self.worker_id, exc)
+                self.stop_now.set()
+                raise
             finally:
                 self._shut_down()
 
@@ -136,30 +142,78 @@ class Worker:
         self.wake.set()
 
     def _claim_until_done(self) -> None:
-        reconnect = Reconnect("claim")
+        """Claim into free slots until stopping; raises ``WorkerBroken`` on the watchdog's word.
+
+        Whatever a claim raises is survived (logged once, backed off).
+        """
+        survival = Survival("claim")
         while not self.stopping.is_set():
+            self._check_health()
             self.wake.clear()
             wanted = self._slots_to_fill()
             if wanted == 0:
                 if self._done_with_max_jobs():
                     return
-                self.wake.wait(self.poll_interval)
+                self._wait(self.wake, self.poll_interval)
                 continue
             started = time.monotonic()
             try:
                 claimed = leases.claim(self.queues, self.worker_id, wanted)
-            except DATABASE_ERRORS as exc:
-                self.stopping.wait(reconnect.failed(exc))
+            except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
+                self._wait(self.stopping, survival.failed(exc))
                 continue
             self.stats.claim_duration.observe(time.monotonic() - started)
-            reconnect.succeeded()
+            survival.succeeded()
             for lease in claimed:
                 self._start_job(lease)
             if not claimed and self.options.burst and not self.live:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
             if len(claimed) < wanted:
-                self.wake.wait(self.poll_interval)
+                self._wait(self.wake, self._idle_wait(survival))
+
+    def _wait(self, event: threading.Event, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for ``event``, asking the watchdog every ``TICK``."""
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            if event.wait(min(remaining, TICK)):
+                return
+            self._check_health()
+
+    def _idle_wait(self, survival: Survival) -> float:
+        """How long to wait after a short claim: until the next job is due, at most a poll.
+
+        A job scheduled 1 s ahead (``delay``, ``run_at``, a retry's backoff) so
+        starts about 1 s later, not at the next poll. A look-up that fails is
+        the claim loop's failure (``survival``): logged, and waited out for at
+        most a poll interval.
+        """
+        try:
+            due = leases.next_due(self.queues)
+        except Exception as exc:  # noqa: BLE001 - the claim loop's survival guard, as for claims.
+            return survival.failed(exc, cap=self.poll_interval)
+        return self.poll_interval if due is None else min(self.poll_interval, due)
+
+    def _check_health(self) -> None:
+        """Ask the watchdog, once a ``TICK`` at most; raises ``WorkerBroken`` on its word."""
+        now = time.monotonic()
+        if self.stopping.is_set() or now < self._next_health_check:
+            return  # Draining (threads may end on purpose now), or asked just now.
+        self._next_health_check = now + TICK
+        reason = self.watchdog.verdict()
+        if reason is not None:
+            raise WorkerBroken(reason)
+
+    def _started_threads(self) -> list[threading.Thread]:
+        """The threads the watchdog watches: every one this worker started."""
+        optional = (self.listener, self.reaper, self.periodic)
+        return [
+            self.heartbeat,
+            self.completer,
+            self.announcer,
+            *(thread for thread in optional if thread.ident is not None),
+            *self.pool.threads,
+        ]
 
     def _slots_to_fill(self) -> int:
         """Free slots to claim for now: none while most slots are busy, so claims come in batches.
@@ -190,8 +244,8 @@ class Worker:
         context = JobContext(lease)
         try:
             timeout = runnable.resolve(lease.task, lease.backend).timeout
-        except TaskNotFound:
-            timeout = None  # execute() records TASK_NOT_FOUND.
+        except Exception:  # noqa: BLE001 - execute() resolves again and records why it failed.
+            timeout = None
         self.live.add(context, timeout)
         self.pool.submit(context)
 
@@ -263,7 +317,7 @@ class Worker:
             job.context.lease_lost.set()
             try:
                 released = leases.release(job.lease)
-            except DATABASE_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - an unreleased lease expires; the reaper takes it.
                 log.warning(
                     "job id=%s not released, the reaper will recover it: %s", job.lease.job_id, exc
                 )

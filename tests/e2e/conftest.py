@@ -117,11 +117,16 @@ def worker_env(request: pytest.FixtureRequest) -> dict[str, str]:
 def start_worker(
     worker_env: dict[str, str], tmp_path: Path
 ) -> Iterator[Callable[..., WorkerProcess]]:
-    """``start_worker("--concurrency", "4", settings={"LEASE_SECONDS": 2})`` starts a worker."""
+    """``start_worker("--concurrency", "4", settings={"LEASE_SECONDS": 2})`` starts a worker.
+
+    ``env`` adds environment variables (``DATABASE_URL`` to point it elsewhere).
+    """
     started: list[WorkerProcess] = []
 
-    def start(*args: str, settings: dict[str, Any] | None = None) -> WorkerProcess:
-        env = {**worker_env, "DBQUEUE_OVERRIDES": json.dumps(settings or {})}
+    def start(
+        *args: str, settings: dict[str, Any] | None = None, env: dict[str, str] | None = None
+    ) -> WorkerProcess:
+        env = {**worker_env, **(env or {}), "DBQUEUE_OVERRIDES": json.dumps(settings or {})}
         worker = WorkerProcess(list(args), env, tmp_path / f"worker-{len(started)}.log")
         started.append(worker)
         return worker

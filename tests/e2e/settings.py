@@ -2,7 +2,8 @@
 
 They reach the test database through ``DATABASE_URL`` (set by the fixture) and
 take ``DBQUEUE`` overrides from ``DBQUEUE_OVERRIDES`` (JSON), so each test can
-shorten leases and intervals. Job logs go to stderr at INFO.
+shorten leases and intervals. ``DBQUEUE_INJECT_FAULT`` installs a fault into
+one worker thread (``tests.e2e.injected_faults``). Job logs go to stderr at INFO.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import json
 import os
 
 from tests.settings import *  # noqa: F403 - the test settings, adjusted below.
-from tests.settings import DATABASES
+from tests.settings import DATABASES, INSTALLED_APPS
 
 DATABASES["default"].pop("TEST", None)
+if os.environ.get("DBQUEUE_INJECT_FAULT"):
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2e.injected_faults.InjectedFaults"]
 DBQUEUE = {
     "LEASE_SECONDS": 30,
     "POLL_INTERVAL": 1,

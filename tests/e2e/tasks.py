@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_dbqueue import JobContext, task
+from django_dbqueue import JobContext, Retry, task
 from tests.testapp.models import Execution, Gate
 
 #: Longest a task waits on a gate before failing: keeps every wait bounded.
@@ -82,3 +82,11 @@ def ignores_cancel(context: JobContext, gate: str) -> str:
     execution.save(update_fields=["label"])
     finish(execution)
     return "finished anyway"
+
+
+@task(takes_context=True, max_attempts=3)
+def retried_once(context: JobContext, delay: float) -> None:
+    """Record the attempt; the first one asks for a retry after ``delay`` seconds."""
+    finish(record(context))
+    if context.attempt == 1:
+        raise Retry(delay=delay)

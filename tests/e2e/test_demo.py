@@ -47,6 +47,11 @@ def test_demo_runs_end_to_end_on_sqlite(tmp_path: Path) -> None:
     assert header.split() == ["task", "jobs", "succeeded", "retried", "dead"]
     assert "password" in output
     assert "http://127.0.0.1:8000/admin/" in output
+    # The exact command for the Python that ran the demo: no activated virtualenv needed.
+    next_line = next(line for line in output.splitlines() if line.startswith("Next: "))
+    python = Path(sys.executable)
+    shown = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
+    assert next_line.startswith(f"Next: {shown} manage.py runserver, then open "), next_line
 
     with closing(sqlite3.connect(database)) as db:
         unfinished = db.execute(

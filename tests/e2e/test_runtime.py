@@ -395,12 +395,25 @@ def test_second_sigint_releases_at_once(start_worker: StartWorker) -> None:
     [
         ("--concurrency", "0", None),
         ("--poll-interval", "0", None),
+        ("--poll-interval", "inf", None),
+        ("--poll-interval", "nan", None),
         ("--max-jobs", "-1", None),
         ("--shutdown-timeout", "-1", None),
+        ("--shutdown-timeout", "inf", None),
         ("--queue", "no spaces!", None),
         ("--queue", "elsewhere", ["default", "mail"]),
     ],
-    ids=["concurrency", "poll-interval", "max-jobs", "shutdown-timeout", "bad-name", "unknown"],
+    ids=[
+        "concurrency",
+        "poll-interval",
+        "poll-interval-inf",
+        "poll-interval-nan",
+        "max-jobs",
+        "shutdown-timeout",
+        "shutdown-timeout-inf",
+        "bad-name",
+        "unknown",
+    ],
 )
 def test_bad_options_raise_command_error(
     settings: Settings, option: str, value: str, queues: list[str] | None
@@ -415,6 +428,22 @@ def test_bad_options_raise_command_error(
     assert value in message, message
     if queues is not None:
         assert "DBQUEUE['QUEUES']" in message
+
+
+def test_a_worker_with_eager_mode_on_is_a_command_error(settings: Settings) -> None:
+    settings.DBQUEUE = {**settings.DBQUEUE, "EAGER": True}
+
+    with pytest.raises(CommandError, match=r"DBQUEUE\['EAGER'\] is on.*for tests"):
+        call_command("runworkers", "--burst")
+
+
+@pytest.mark.parametrize("worker_id", ["w" * 256, ""], ids=["256-characters", "empty"])
+def test_a_worker_id_the_column_cannot_hold_is_a_command_error(worker_id: str) -> None:
+    # --burst: were the option wrongly accepted, the command would run and fail at its claim.
+    with pytest.raises(CommandError, match=r"--worker-id must be 1-255 characters") as error:
+        call_command("runworkers", "--burst", "--worker-id", worker_id)
+
+    assert f"not {len(worker_id)}" in str(error.value)
 
 
 @e2e_db

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import DataError, OperationalError
+from django.db import DataError, InternalError, OperationalError
 from django.utils import timezone
+from psycopg import errors as pg_errors
 from pytest_django import DjangoAssertNumQueries
 
 from django_dbqueue import leases
@@ -213,3 +214,84 @@ def test_a_row_the_database_refuses_fails_alone_and_the_completer_goes_on(
         other.job_id: Outcome.SUCCEEDED,
     }
     assert Job.objects.get(pk=bad.job_id).state == JobState.RUNNING  # the reaper's to recover
+
+
+def read_only_error() -> InternalError:
+    """What psycopg and Django raise for a write to a database that became read-only."""
+    error = InternalError("cannot execute UPDATE in a read-only transaction")
+    error.__cause__ = pg_errors.ReadOnlySqlTransaction("read-only")
+    return error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_success_whose_reply_was_lost_is_reported_succeeded_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks.noop.enqueue()
+    (lease,) = leases.claim(None, "w1", 1)
+    write = leases.complete_many
+    tries: list[int] = []
+
+    def commit_then_lose_the_reply(done: list[tuple[leases.Lease, str]]) -> set[int]:
+        tries.append(len(done))
+        written = write(done)
+        if len(tries) == 1:
+            assert written == {lease.job_id}  # the server committed it ...
+            raise OperationalError("server closed the connection unexpectedly")  # ... unheard
+        return written
+
+    monkeypatch.setattr(leases, "complete_many", commit_then_lose_the_reply)
+    reports: list[tuple[int, Outcome]] = []
+    arrived = threading.Event()
+
+    def written(context: JobContext, outcome: Outcome, started: float) -> None:
+        reports.append((context.job_id, outcome))
+        arrived.set()
+
+    with running(Completer(threading.Event(), written)) as completer:
+        completer.hand_over(JobContext(lease), None, time.monotonic())
+        assert arrived.wait(WAIT)
+    assert tries == [1, 1]
+    assert reports == [(lease.job_id, Outcome.SUCCEEDED)]
+    assert Job.objects.get(pk=lease.job_id).state == JobState.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_only_database_is_waited_out_not_reported_unrecorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks.noop.enqueue()
+    (lease,) = leases.claim(None, "w1", 1)
+    write = leases.complete_many
+    refusals = iter([read_only_error(), read_only_error()])
+
+    def read_only_for_two_tries(done: list[tuple[leases.Lease, str]]) -> set[int]:
+        for refusal in refusals:
+            raise refusal
+        return write(done)
+
+    monkeypatch.setattr(leases, "complete_many", read_only_for_two_tries)
+    reports = Reports()
+    with running(Completer(threading.Event(), reports)) as completer:
+        completer.hand_over(JobContext(lease), None, time.monotonic())
+        assert reports.wait_for(1) == {lease.job_id: Outcome.SUCCEEDED}
+    assert Job.objects.get(pk=lease.job_id).state == JobState.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_report_neither_stops_the_completer_nor_the_next_report() -> None:
+    tasks.noop.enqueue_many([((), {})] * 2)
+    first, second = leases.claim(None, "w1", 2)
+    reports = Reports()
+
+    def fail_on_the_first(context: JobContext, outcome: Outcome, started: float) -> None:
+        if context.job_id == first.job_id:
+            raise RuntimeError("a receiver bug")
+        reports(context, outcome, started)
+
+    with running(Completer(threading.Event(), fail_on_the_first)) as completer:
+        completer.hand_over(JobContext(first), None, time.monotonic())
+        completer.hand_over(JobContext(second), None, time.monotonic())
+        assert reports.wait_for(1) == {second.job_id: Outcome.SUCCEEDED}
+        assert completer.is_alive()
+    assert completer.backlog == 0

@@ -21,6 +21,7 @@ from psycopg import sql as pg_sql
 
 from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task, wakeups
 from django_dbqueue import conf as dbqueue_conf
+from django_dbqueue.jsontext import MAX_DEPTH
 from django_dbqueue.signals import jobs_committed
 from tests.enqueue_tasks import echo
 from tests.tasks import noop, send_invoice
@@ -808,7 +809,50 @@ INVALID_CALLS: list[Any] = [
     ),
     pytest.param(lambda: noop.using(priority=1.5).enqueue(), "priority", id="priority-float"),
     pytest.param(local_task_call, "cannot be imported", id="task-not-importable"),
+    pytest.param(
+        lambda: echo.enqueue(nested(MAX_DEPTH + 1)),
+        r"argument 0 nests .* 20 levels",
+        id="deep-past-the-limit",
+    ),
+    pytest.param(
+        lambda: echo.enqueue(x=nested(5000)), r"argument 'x' nests .* 20 levels", id="deep-5000"
+    ),
+    pytest.param(lambda: echo.enqueue(circular()), "nests", id="circular-list"),
+    pytest.param(lambda: echo.enqueue({1: "a"}), r"argument 0 has the dict key 1", id="int-key"),
+    pytest.param(
+        lambda: echo.enqueue(x=[{"ok": {(1, 2): 3}}]),
+        r"argument 'x' has the dict key",
+        id="tuple-key",
+    ),
+    pytest.param(
+        lambda: noop.using(dedupe_key="a\x00b").enqueue(), r"dedupe_key .*NUL", id="nul-dedupe-key"
+    ),
+    pytest.param(
+        lambda: noop.using(serial_key="a\x00b").enqueue(), r"serial_key .*NUL", id="nul-serial-key"
+    ),
+    pytest.param(
+        lambda: echo.enqueue("x" * 1024 * 1024), r"MAX_ARGS_BYTES.*\(1048576\)", id="args-1mib"
+    ),
+    pytest.param(
+        lambda: send_invoice.enqueue(order=1),
+        r"missing argument 'order_id'; unexpected keyword argument 'order'",
+        id="missing-and-unexpected",
+    ),
 ]
+
+
+def nested(depth: int) -> list[Any]:
+    """A list ``depth`` lists deep: ``[[...[1]...]]``."""
+    value: list[Any] = [1]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def circular() -> list[Any]:
+    value: list[Any] = [1]
+    value.append(value)
+    return value
 
 
 def assert_refused_and_transaction_usable(bad_call: Callable[[], object], message: str) -> None:
@@ -909,3 +953,24 @@ class TestPreparedEnqueue:
             assert prepared_inserts() == []
         (insert,) = job_inserts(context)
         assert "'tests.tasks.noop'" in insert
+
+
+@pytest.mark.django_db
+def test_arguments_nested_to_the_documented_depth_are_stored_as_given() -> None:
+    deepest = nested(MAX_DEPTH)
+
+    job = echo.enqueue(deepest, {"k": nested(MAX_DEPTH - 1)})
+
+    assert Job.objects.get(pk=job.pk).args == [deepest, {"k": nested(MAX_DEPTH - 1)}]
+
+
+@pytest.mark.django_db
+def test_max_args_bytes_bounds_the_encoded_arguments_and_zero_disables_it(settings: Any) -> None:
+    settings.DBQUEUE = {"MAX_ARGS_BYTES": 100}
+    with pytest.raises(InvalidJob, match=r"take 1\d\d bytes as JSON, more than .*\(100\)"):
+        echo.enqueue("x" * 80)
+    assert echo.enqueue("x" * 60).args == ["x" * 60]
+
+    settings.DBQUEUE = {"MAX_ARGS_BYTES": 0}
+    big = "x" * (2 * 1024 * 1024)
+    assert Job.objects.get(pk=echo.enqueue(big).pk).args == [big]

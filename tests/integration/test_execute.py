@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
-from django_dbqueue import JobContext, leases
+from django_dbqueue import JobContext, leases, signals
+from django_dbqueue.durations import MAX_DELAY
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
     CANCELLED,
@@ -23,6 +25,7 @@ from django_dbqueue.errors import (
     MESSAGE_LIMIT,
     RESULT_NOT_SERIALIZABLE,
     RETRY,
+    TASK_ABORTED,
     TASK_NOT_FOUND,
 )
 from django_dbqueue.models import Job, JobState
@@ -311,6 +314,102 @@ class TestRetryRequested:
 
 
 @pytest.mark.django_db
+class TestBaseExceptionFromTaskCode:
+    """``SystemExit``, ``CancelledError`` and the like end an attempt, never the slot."""
+
+    @pytest.mark.parametrize(
+        ("task", "args", "exception", "message"),
+        [
+            (execute_tasks.exits, (3,), "builtins.SystemExit", "SystemExit: 3"),
+            (
+                execute_tasks.cancelled,
+                (),
+                "asyncio.exceptions.CancelledError",
+                "CancelledError: cancelled from inside the task",
+            ),
+            (
+                execute_tasks.cancelled_async,
+                (),
+                "asyncio.exceptions.CancelledError",
+                "CancelledError: cancelled from inside the coroutine",
+            ),
+            (execute_tasks.interrupted, (), "builtins.KeyboardInterrupt", "KeyboardInterrupt: "),
+        ],
+        ids=["sys-exit", "cancelled", "cancelled-async", "keyboard-interrupt"],
+    )
+    def test_is_a_failed_attempt_retried_then_dead(
+        self, task: Any, args: tuple[Any, ...], exception: str, message: str
+    ) -> None:
+        job = task.enqueue(*args)
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.last_error_code) == (
+            JobState.READY,
+            1,
+            TASK_ABORTED,
+        )
+        (entry,) = job.errors
+        assert (entry["code"], entry["exception"], entry["message"]) == (
+            TASK_ABORTED,
+            exception,
+            message,
+        )
+        assert run_again(job.pk) is Outcome.DEAD
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.last_error_code) == (JobState.DEAD, 2, TASK_ABORTED)
+
+
+@pytest.mark.django_db
+class TestRetryDelayBounds:
+    def test_a_delay_past_the_cap_waits_the_cap_and_says_so(self) -> None:
+        job = execute_tasks.retry_after.enqueue("1e12")
+        t0 = timezone.now()
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert job.state == JobState.READY
+        assert t0 + MAX_DELAY <= job.run_at <= timezone.now() + MAX_DELAY
+        (entry,) = job.errors
+        assert entry["code"] == RETRY
+        assert f"delay 1e+12s capped at {MAX_DELAY.total_seconds():g}s" in entry["message"]
+
+    @pytest.mark.parametrize("delay", ["nan", "inf", "-1"])
+    def test_a_delay_that_is_no_duration_fails_the_attempt_saying_why(self, delay: str) -> None:
+        job = execute_tasks.retry_after.enqueue(delay)
+        assert execute(claim(job)) is Outcome.RETRIED
+        job.refresh_from_db()
+        assert (job.state, job.last_error_code) == (JobState.READY, "ValueError")
+        (entry,) = job.errors
+        assert "the delay must be a finite number of seconds" in entry["message"]
+
+
+@pytest.mark.django_db(transaction=True)
+class TestLostReply:
+    """The connection dropped after the server committed an outcome: the retry finds it."""
+
+    def test_a_failure_whose_reply_was_lost_is_reported_retried(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        job = execute_tasks.always_fails.enqueue("smtp")
+        real = leases.fail
+        tries: list[bool] = []
+
+        def commit_then_lose_the_reply(*args: Any) -> bool:
+            applied = real(*args)
+            tries.append(applied)
+            if len(tries) == 1:
+                raise OperationalError("server closed the connection unexpectedly")
+            return applied
+
+        monkeypatch.setattr(leases, "fail", commit_then_lose_the_reply)
+        assert execute(claim(job)) is Outcome.RETRIED
+        assert tries == [True, True]
+        job.refresh_from_db()
+        assert (job.state, len(job.errors)) == (JobState.READY, 1)
+        assert "lease lost" not in caplog.text
+        assert "outcome=lease_lost" not in caplog.text
+
+
+@pytest.mark.django_db
 class TestGiveUp:
     def test_permanent_error_makes_the_job_dead_on_the_first_attempt(self) -> None:
         job = tasks.permanent.enqueue()
@@ -357,8 +456,9 @@ class TestGiveUp:
             "from django.core.exceptions import ImproperlyConfigured\n"
             "raise ImproperlyConfigured('STRIPE_KEY is not set')\n",
             "def broken(:\n    pass\n",
+            "import sys\nsys.exit('no STRIPE_KEY')\n",
         ],
-        ids=["raises-on-import", "syntax-error"],
+        ids=["raises-on-import", "syntax-error", "exits-on-import"],
     )
     def test_task_module_that_fails_to_import_is_dead_with_task_not_found(
         self, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -572,3 +672,66 @@ class TestCooperativeCancel:
         assert execute(claim(job)) is Outcome.SUCCEEDED
         assert row(job.pk)["state"] == JobState.SUCCEEDED
         assert execute_tasks.SEEN == [{"cancel_requested": False}]
+
+
+@pytest.mark.django_db
+class TestJobStarted:
+    """``signals.job_started``: sent when an attempt begins, before the task runs."""
+
+    @pytest.fixture
+    def started(self) -> Iterator[list[dict[str, Any]]]:
+        seen: list[dict[str, Any]] = []
+
+        def record(sender: type[Job], **kwargs: Any) -> None:
+            kwargs.pop("signal")
+            seen.append({"sender": sender, "calls_so_far": list(tasks.CALLS), **kwargs})
+
+        signals.job_started.connect(record, weak=False, dispatch_uid="test-job-started")
+        yield seen
+        signals.job_started.disconnect(dispatch_uid="test-job-started")
+
+    def test_sent_before_the_task_runs_with_job_attempt_and_lease_time(
+        self, started: list[dict[str, Any]]
+    ) -> None:
+        job = tasks.send_invoice.enqueue(7)
+        lease = claim(job)
+
+        assert execute(lease) is Outcome.SUCCEEDED
+
+        job.refresh_from_db()
+        (sent,) = started
+        assert sent["sender"] is Job
+        assert sent["calls_so_far"] == []
+        assert (sent["lease"], sent["job_id"], sent["attempt"]) == (lease, job.pk, 1)
+        assert job.started_at is not None
+        assert abs(sent["leased_at"] - job.started_at) < timedelta(seconds=0.01)
+
+    def test_sent_for_every_attempt_even_one_that_cannot_run(
+        self, started: list[dict[str, Any]]
+    ) -> None:
+        job = tasks.asks_retry.enqueue(0)
+        execute(claim(job))
+        execute(claim(job))
+        missing = JobFactory(task="tests.tasks.no_such_task", queue="other")
+        execute(claim(missing))
+
+        assert [(sent["job_id"], sent["attempt"]) for sent in started] == [
+            (job.pk, 1),
+            (job.pk, 2),
+            (missing.pk, 1),
+        ]
+
+    def test_a_receiver_that_raises_does_not_disturb_the_attempt(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def broken(**_: Any) -> None:
+            raise RuntimeError("the APM agent is down")
+
+        signals.job_started.connect(broken, weak=False, dispatch_uid="test-broken")
+        try:
+            job = tasks.noop.enqueue()
+            with caplog.at_level(logging.ERROR, logger="django.dispatch"):
+                assert execute(claim(job)) is Outcome.SUCCEEDED
+        finally:
+            signals.job_started.disconnect(dispatch_uid="test-broken")
+        assert "the APM agent is down" in caplog.text

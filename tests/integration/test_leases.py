@@ -269,6 +269,72 @@ class TestFencing:
 
 
 @pytest.mark.django_db
+class TestOwnWritesAreNotLostLeases:
+    """A write or renewal that finds the job settled by this very lease is not a lost lease."""
+
+    def test_renewal_of_a_job_its_lease_just_completed_is_settled_not_lost(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue_many([((), {})] * 3)
+        running, completed, stolen = leases.claim(None, "w1", 3)
+        assert leases.complete(completed, None)
+        expire(stolen.job_id)
+        leases.reap()
+        renewal = leases.renew_all([running, completed, stolen])
+        assert renewal.owned == {running.job_id}
+        assert renewal.settled == {completed.job_id: JobState.SUCCEEDED}
+        assert renewal.lost == {stolen.job_id}
+        assert f"action=renew job={completed.job_id}" not in caplog.text
+        assert f"lease lost action=renew job={stolen.job_id}" in caplog.text
+
+    def test_renewal_of_a_job_its_lease_just_failed_is_settled_not_lost(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        retried, dead = leases.claim(None, "w1", 2)
+        assert leases.fail(retried, ErrorInfo("BOOM", "boom"), timezone.now())
+        assert leases.fail(dead, ErrorInfo("BOOM", "boom"), None)
+        renewal = leases.renew_all([retried, dead])
+        assert renewal.settled == {retried.job_id: JobState.READY, dead.job_id: JobState.DEAD}
+        assert renewal.lost == set()
+
+    def test_an_expiry_is_never_the_lease_own_write(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        expire(lease.job_id)
+        leases.reap()
+        assert leases.settled_by([lease]) == {}
+        assert leases.renew_all([lease]).lost == {lease.job_id}
+
+    def test_a_completion_tried_again_after_a_lost_reply_counts_as_completed(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.complete_many([(lease, '{"n": 1}')]) == {lease.job_id}
+        assert leases.complete_many([(lease, '{"n": 1}')]) == {lease.job_id}
+        assert "lease lost" not in caplog.text
+
+    def test_a_failure_tried_again_after_a_lost_reply_counts_as_recorded(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        error = ErrorInfo("BOOM", "boom")
+        assert leases.fail(lease, error, timezone.now() + timedelta(minutes=1))
+        assert leases.fail(lease, error, timezone.now() + timedelta(minutes=1))
+        assert len(Job.objects.get(pk=lease.job_id).errors) == 1
+        assert "lease lost" not in caplog.text
+
+    def test_a_newer_claim_is_never_this_lease_own_write(self) -> None:
+        tasks.noop.enqueue()
+        old = claim_one("w1")
+        assert leases.fail(old, ErrorInfo("BOOM", "boom"), timezone.now())
+        new = claim_one("w2")
+        assert leases.complete(new, None)
+        assert leases.settled_by([old]) == {}
+        assert leases.complete(old, None) is False
+
+
+@pytest.mark.django_db
 class TestTransitions:
     def test_complete_stores_result_and_finishes(self) -> None:
         tasks.noop.enqueue()
@@ -513,12 +579,15 @@ class TestCancelRequests:
         marked, unmarked = leases.claim(None, "w1", 2)
         leases.request_cancel([marked.job_id], "ops")
         with CaptureQueriesContext(connection) as queries:
-            renewal = leases.renew_report([marked, unmarked])
+            renewal = leases.renew_all([marked, unmarked])
         # Nothing beyond the renew block (one statement; three on MySQL, which lacks RETURNING).
         renew_block = sql.statements(connection.vendor)["renew"].split(sql.STATEMENT_END)
         assert len([q for q in queries if "dbqueue_job" in q["sql"]]) == len(renew_block)
         assert renewal == leases.Renewal(
-            owned={marked.job_id, unmarked.job_id}, cancel_requested={marked.job_id}
+            owned={marked.job_id, unmarked.job_id},
+            settled={},
+            lost=set(),
+            cancel_requested={marked.job_id},
         )
         assert leases.renew([marked, unmarked]) == {marked.job_id, unmarked.job_id}
 
@@ -556,3 +625,44 @@ class TestCancelRequests:
         assert leases.fail(lease, ErrorInfo("X", "boom"), None)
         assert leases.requeue([lease.job_id], 1, "ops") == [lease.job_id]
         assert Job.objects.get(pk=lease.job_id).cancel_requested_at is None
+
+
+@pytest.mark.django_db
+def test_next_due_is_none_without_ready_jobs_scheduled_later() -> None:
+    tasks.noop.enqueue()  # due now: a claim passed it by, so it is not waited for
+    JobFactory(running=True, run_at=timezone.now() + timedelta(minutes=5))
+
+    assert leases.next_due(None) is None
+    assert leases.next_due(["default"]) is None
+
+
+@pytest.mark.django_db
+def test_next_due_counts_seconds_to_the_earliest_scheduled_job_of_the_queues_served() -> None:
+    tasks.noop.using(delay=30).enqueue()
+    tasks.noop.using(delay=20, priority=-5).enqueue()
+    tasks.send_invoice.using(delay=10).enqueue(1)  # queue "mail"
+
+    default_due = leases.next_due(["default"])
+    every_due = leases.next_due(None)
+
+    # SQLite keeps timestamps to the millisecond: allow that much above the delay.
+    assert default_due is not None
+    assert 18 < default_due < 20.01
+    assert every_due is not None
+    assert 8 < every_due < 10.01
+    assert leases.next_due(["reports"]) is None
+
+
+@pytest.mark.django_db
+def test_claim_jobs_leases_only_the_named_ready_jobs_due_or_not() -> None:
+    later = tasks.noop.using(delay=600).enqueue()
+    other = tasks.noop.enqueue()
+
+    claimed = leases.claim_jobs([later.pk], "w1")
+
+    assert [(lease.job_id, lease.attempt, lease.lease_token) for lease in claimed] == [
+        (later.pk, 1, 1)
+    ]
+    assert Job.objects.get(pk=later.pk).state == JobState.RUNNING
+    assert Job.objects.get(pk=other.pk).state == JobState.READY
+    assert leases.claim_jobs([later.pk], "w1") == []

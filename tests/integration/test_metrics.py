@@ -55,6 +55,7 @@ WORKER_HISTOGRAMS = [
     "dbqueue_worker_claim_duration_seconds",
     "dbqueue_worker_run_duration_seconds",
 ]
+WORKER_GAUGES = ["dbqueue_worker_thread_alive", "dbqueue_worker_hung_slots"]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -210,7 +211,11 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
     assert types == {
         **{name.removesuffix("_total"): "counter" for name in WORKER_COUNTERS},
         **dict.fromkeys(WORKER_HISTOGRAMS, "histogram"),
+        **dict.fromkeys(WORKER_GAUGES, "gauge"),
     }
+    for thread in ("dbqueue-heartbeat", "dbqueue-completer", "dbqueue-slot-0"):
+        assert value(samples, "dbqueue_worker_thread_alive", worker_id="w-metrics", thread=thread)
+    assert value(samples, "dbqueue_worker_hung_slots", worker_id="w-metrics") == 0
     counters = {name: value(samples, name, worker_id="w-metrics") for name in WORKER_COUNTERS}
     assert counters == {
         "dbqueue_worker_jobs_claimed_total": 4,
@@ -247,6 +252,7 @@ class TestMetricsServer:
         assert set(types) == {
             *(name.removesuffix("_total") for name in WORKER_COUNTERS),
             *WORKER_HISTOGRAMS,
+            *WORKER_GAUGES,
             *QUEUE_GAUGES,
         }
         assert value(samples, "dbqueue_worker_jobs_claimed_total", worker_id="w-http") == 3

@@ -115,6 +115,46 @@ class TestHeartbeat:
         assert context.lease_lost.is_set()
         assert stats.snapshot()["renew_failures"] == 1
 
+    def test_beat_over_a_job_its_own_success_just_settled_is_no_lost_lease(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        live, context = live_job()
+        assert leases.complete(context.lease, None)  # the completer wrote it; not yet removed
+        stats = WorkerStats()
+        Heartbeat(live, stats, threading.Event()).beat()
+        assert stats.snapshot()["renew_failures"] == 0
+        assert "lease lost" not in caplog.text
+
+    def test_a_failing_beat_is_survived_and_retried_within_the_lease(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        live, context = live_job()
+        real = leases.renew_all
+        calls: list[int] = []
+        renewed = threading.Event()
+
+        def fail_twice(held: object) -> leases.Renewal:
+            calls.append(1)
+            if len(calls) <= 2:
+                raise RuntimeError("a bug in the beat")
+            renewal = real(held)  # type: ignore[arg-type]  # the leases the heartbeat passes
+            renewed.set()
+            return renewal
+
+        monkeypatch.setattr(leases, "renew_all", fail_twice)
+        stop = threading.Event()
+        heartbeat = Heartbeat(live, WorkerStats(), stop)
+        heartbeat.interval = lambda: 0.3  # type: ignore[method-assign]  # beat often in a test
+        heartbeat.start()
+        try:
+            assert renewed.wait(30)
+            assert heartbeat.is_alive()
+        finally:
+            stop.set()
+            heartbeat.close()
+        assert caplog.text.count("lease renewal failed (unexpected error)") == 1
+        assert not context.lease_lost.is_set()
+
     def test_beat_stops_renewing_a_job_past_its_timeout(self) -> None:
         live, context = live_job(timeout=-1)
         before = Job.objects.get(pk=context.job_id).lease_until

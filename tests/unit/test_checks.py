@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +15,8 @@ from django.core.checks import CheckMessage, run_checks
 from django.db import connections
 from pytest_django import Settings
 
-from django_dbqueue import checks
+from django_dbqueue import checks, conf, durations
+from django_dbqueue.retry import Backoff
 
 
 def ids(messages: list[CheckMessage]) -> list[str]:
@@ -162,8 +164,10 @@ def test_e004_max_attempts_must_be_a_whole_number_of_one_or_more(
 
 
 @pytest.mark.parametrize("key", checks.SECONDS)
-@pytest.mark.parametrize("value", [0, -3, "5", None, True])
-def test_e005_numeric_settings_must_be_positive_numbers(
+@pytest.mark.parametrize(
+    "value", [0, -3, "5", None, True, math.inf, math.nan, durations.MAX_SECONDS + 1]
+)
+def test_e005_numeric_settings_must_be_finite_positive_capped_numbers(
     settings: Settings, key: str, value: object
 ) -> None:
     configure(settings, **{key: value})
@@ -348,6 +352,59 @@ def test_w002_unknown_keys_are_reported_with_the_known_ones(settings: Settings) 
     assert "'LEASE'" in message.msg
     assert "'QUEUE'" in message.msg
     assert "LEASE_SECONDS" in message.hint
+
+
+def test_w002_suggests_the_nearest_known_key(settings: Settings) -> None:
+    configure(settings, POLL_INTERVALS=1, LEASE_SECOND=30, FROBNICATE=True)
+
+    (message,) = only(checks.check_settings(), "dbqueue.W002")
+
+    assert "'POLL_INTERVALS' (did you mean 'POLL_INTERVAL'?)" in message.msg
+    assert "'LEASE_SECOND' (did you mean 'LEASE_SECONDS'?)" in message.msg
+    assert "'FROBNICATE', " in message.msg  # nothing near it: named without a guess
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "1MiB", None, True])
+def test_e013_max_args_bytes_must_be_a_whole_number_of_bytes(
+    settings: Settings, value: object
+) -> None:
+    configure(settings, MAX_ARGS_BYTES=value)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E013"]
+    (message,) = only(messages, "dbqueue.E013")
+    assert "MAX_ARGS_BYTES" in message.msg
+
+
+@pytest.mark.parametrize("value", [0, 1, 10 * 1024 * 1024])
+def test_max_args_bytes_accepts_zero_and_positive_sizes(settings: Settings, value: int) -> None:
+    configure(settings, MAX_ARGS_BYTES=value)
+
+    assert checks.check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"base": 0}, {"factor": 0.5}, {"delay": 3}, [2, 2, 60], {"cap": "1h"}],
+    ids=["zero-base", "shrinking", "unknown-key", "list", "text-cap"],
+)
+def test_e014_retry_must_have_the_tasks_options_shape(settings: Settings, value: object) -> None:
+    configure(settings, RETRY=value)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E014"]
+    (message,) = only(messages, "dbqueue.E014")
+    assert "DBQUEUE['RETRY']" in message.msg
+    assert "OPTIONS['RETRY']" in message.hint
+
+
+def test_retry_in_the_tasks_options_shape_overrides_the_flat_keys(settings: Settings) -> None:
+    configure(settings, RETRY={"base": 0.5, "cap": 10}, RETRY_BASE=5, RETRY_FACTOR=3)
+
+    assert checks.check_settings() == []
+    assert conf.get().backoff == Backoff(base=0.5, factor=3, cap=10)
 
 
 @pytest.mark.parametrize(

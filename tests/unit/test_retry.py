@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
+from datetime import timedelta
 
 import pytest
 
+from django_dbqueue import Retry
+from django_dbqueue.durations import MAX_SECONDS
 from django_dbqueue.retry import Backoff
 
 
@@ -73,7 +77,19 @@ def test_delay_works_without_an_explicit_rng() -> None:
 
 @pytest.mark.parametrize(
     ("base", "factor", "cap"),
-    [(0, 2, 60), (-1, 2, 60), (2, 0.5, 60), (2, 0, 60), (2, 2, 0), (2, 2, -5)],
+    [
+        (0, 2, 60),
+        (-1, 2, 60),
+        (2, 0.5, 60),
+        (2, 0, 60),
+        (2, 2, 0),
+        (2, 2, -5),
+        (2, 2, math.inf),
+        (2, 2, math.nan),
+        (math.nan, 2, 60),
+        (2, math.inf, 60),
+        (2, 2, MAX_SECONDS * 2),
+    ],
 )
 def test_invalid_parameters_raise_value_error(base: float, factor: float, cap: float) -> None:
     with pytest.raises(ValueError, match="invalid"):
@@ -88,3 +104,15 @@ def test_attempt_below_one_raises_value_error(attempt: int) -> None:
         backoff.ceiling(attempt)
     with pytest.raises(ValueError, match="attempt must be 1 or more"):
         backoff.delay(attempt, random.Random(0))
+
+
+@pytest.mark.parametrize("delay", [0, 1.5, timedelta(minutes=2), None, 1e12])
+def test_retry_accepts_a_finite_delay_of_zero_or_more(delay: float | timedelta | None) -> None:
+    expected = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    assert Retry(delay=delay).delay == expected
+
+
+@pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf, -1, timedelta(seconds=-1), True])
+def test_retry_refuses_a_delay_that_is_no_finite_duration(delay: object) -> None:
+    with pytest.raises(ValueError, match="must be a finite number of seconds"):
+        Retry(delay=delay)  # type: ignore[arg-type]  # the point: a wrong type is refused

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from django_dbqueue import InvalidJob, task
 from django_dbqueue.retry import Backoff
-from django_dbqueue.tasks import Task, TaskNotFound, load_task
+from django_dbqueue.tasks import Task, TaskNotFound, binding_problem, load_task
 from tests import tasks
 
 
@@ -145,3 +147,38 @@ def test_load_task_on_a_plain_function_raises_task_not_found() -> None:
 def test_load_task_on_a_missing_path_raises_task_not_found(path: str) -> None:
     with pytest.raises(TaskNotFound, match="cannot be imported"):
         load_task(path)
+
+
+def _problem(function: Callable[..., object], *args: Any, leading: int = 0, **kwargs: Any) -> str:
+    signature = inspect.signature(function)
+    with pytest.raises(TypeError) as raised:
+        signature.bind(*([None] * leading), *args, **kwargs)
+    return binding_problem(signature, args, kwargs, raised.value, leading=leading)
+
+
+def test_binding_problem_names_the_missing_and_the_unexpected_arguments() -> None:
+    def send(order_id: int, *, copy: bool = False) -> None: ...
+
+    problem = _problem(send, order=1, colour="red")
+
+    assert problem == (
+        "the arguments do not fit the function(order_id, *, copy=False): "
+        "missing argument 'order_id'; unexpected keyword arguments 'order', 'colour'"
+    )
+
+
+def test_binding_problem_leaves_out_the_context_and_counts_surplus_and_doubled_ones() -> None:
+    def with_context(context: object, a: int, b: int = 0) -> None: ...
+
+    assert _problem(with_context, 1, 2, 3, leading=1).endswith(
+        "function(a, b=0): 3 positional arguments given, 2 accepted"
+    )
+    assert _problem(with_context, 1, a=2, leading=1).endswith(
+        "given both by position and by keyword: argument 'a'"
+    )
+
+
+def test_binding_problem_accepts_any_keyword_where_the_function_does() -> None:
+    def loose(a: int, **rest: object) -> None: ...
+
+    assert _problem(loose, b=1).endswith("missing argument 'a'")

@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from django_dbqueue import conf
 from django_dbqueue.stats import QueueStats, as_json, queue_stats
-from django_dbqueue.worker.connections import DATABASE_ERRORS, close_queue_connection
 
 COLUMNS = (
     "queue",
@@ -130,8 +130,8 @@ class Command(BaseCommand):
         """Print the stats once more; a database error is shown and retried next time."""
         try:
             output = self.render(json_output, indent=None)
-        except DATABASE_ERRORS as exc:
-            close_queue_connection()
+        except DatabaseError as exc:
+            connections[conf.get().database].close()
             self.stderr.write(f"database error, retrying in {every:g}s: {exc}")
             return
         if json_output:

@@ -10,12 +10,15 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_dbqueue import conf
+from django_dbqueue import conf, durations
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.tasks import check_queue_name
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from django_dbqueue.worker.watchdog import WorkerBroken
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO}
+#: The width of the job's ``worker_id`` column (``Job.worker_id``).
+WORKER_ID_LIMIT = 255
 
 
 class Command(BaseCommand):
@@ -80,9 +83,16 @@ class Command(BaseCommand):
             worker.run()
         except ImproperlyConfigured as exc:  # the metrics server could not start
             raise CommandError(str(exc)) from exc
+        except WorkerBroken as exc:  # exit non-zero: the process supervisor starts a whole one
+            raise CommandError(f"the worker cannot go on: {exc}") from exc
 
     def worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         """Validate the command line; a mistake is a ``CommandError`` saying what to do."""
+        if conf.get().eager:
+            raise CommandError(
+                "DBQUEUE['EAGER'] is on, so every job runs in the process that enqueues it and "
+                "a worker would find nothing to do. EAGER is for tests: turn it off here."
+            )
         queues = options["queues"]
         allowed = conf.get().queues
         for queue in queues or ():
@@ -95,17 +105,20 @@ class Command(BaseCommand):
                     f"--queue {queue!r} is not in DBQUEUE['QUEUES'] {allowed}; "
                     "serve one of those or add it there."
                 )
-        positive = {
-            "--concurrency": options["concurrency"],
-            "--max-jobs": options["max_jobs"],
-            "--poll-interval": options["poll_interval"],
-        }
-        for flag, value in positive.items():
+        for flag in ("--concurrency", "--max-jobs"):
+            value = options[flag[2:].replace("-", "_")]
             if value is not None and not value > 0:
                 raise CommandError(f"{flag} must be above 0, not {value}.")
-        if not options["shutdown_timeout"] >= 0:
+        seconds = {"--poll-interval": False, "--shutdown-timeout": True}
+        for flag, zero in seconds.items():
+            value = options[flag[2:].replace("-", "_")]
+            if value is not None and not durations.is_seconds(value, zero=zero):
+                raise CommandError(f"{flag} must be {durations.rule(zero=zero)}, not {value}.")
+        worker_id = options["worker_id"]
+        if worker_id is not None and not 1 <= len(worker_id) <= WORKER_ID_LIMIT:
             raise CommandError(
-                f"--shutdown-timeout must be 0 or more seconds, not {options['shutdown_timeout']}."
+                f"--worker-id must be 1-{WORKER_ID_LIMIT} characters (the width of the job's "
+                f"worker_id column), not {len(worker_id)}. Pass a shorter name."
             )
         if options["metrics_port"] is not None:
             check_metrics_available(options["metrics_port"])
@@ -114,7 +127,7 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
             burst=options["burst"],
             max_jobs=options["max_jobs"],
-            worker_id=options["worker_id"],
+            worker_id=worker_id,
             poll_interval=options["poll_interval"],
             shutdown_timeout=options["shutdown_timeout"],
             reaper=options["reaper"],

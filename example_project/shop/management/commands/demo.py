@@ -12,10 +12,13 @@ from __future__ import annotations
 import logging
 import random
 import secrets
+import shlex
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from django.contrib import admin
@@ -42,6 +45,8 @@ SHUTDOWN_TIMEOUT = 5.0
 PROGRESS_INTERVAL = 0.1
 BAR_WIDTH = 30
 ADMIN_URL = "http://127.0.0.1:8000/admin/"
+#: The example project's manage.py, at the root of the repository.
+MANAGE_PY = Path(__file__).resolve().parents[4] / "manage.py"
 ADMIN_USERNAME = "admin"
 
 FINISHED = [JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED]
@@ -285,7 +290,15 @@ def next_steps(login: str) -> str:
     where = "the orders, emails and reports"
     if admin.site.is_registered(Job):
         where += f", and the jobs ({ADMIN_URL}django_dbqueue/job/)"
-    return (
-        f"\nAdmin: {login}.\n"
-        f"Next: python manage.py runserver, then open {ADMIN_URL} to see {where}."
-    )
+    return f"\nAdmin: {login}.\nNext: {runserver_command()}, then open {ADMIN_URL} to see {where}."
+
+
+def runserver_command() -> str:
+    """``runserver`` with the Python that runs this demo (the virtualenv's, activated or not)."""
+    here = Path.cwd()
+    python, manage = Path(sys.executable), MANAGE_PY
+    if python.is_relative_to(here):
+        python = python.relative_to(here)
+    if manage.is_relative_to(here):
+        manage = manage.relative_to(here)
+    return shlex.join([str(python), str(manage), "runserver"])

@@ -1,0 +1,237 @@
+"""Servers the fault tests control: a private PostgreSQL cluster and a reply-losing proxy.
+
+``PrivatePostgres`` is a throw-away cluster (``initdb`` in a temporary
+directory, a free port) that a test may restart or crash without touching the
+server the rest of the suite uses. ``LostReplyProxy`` sits between a worker
+and PostgreSQL and can drop the connection right after the server committed a
+statement, before its reply reaches the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+#: The longest a server start, stop or restart may take.
+SERVER_WAIT = 60
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the test's own, on 127.0.0.1 at a free port, trust auth.
+
+    ``PrivatePostgres.create()`` skips the test (with the reason) where the
+    suite cannot run one: no server binaries, or root without a ``postgres``
+    user to run them as. ``destroy()`` stops it and deletes its files.
+    """
+
+    def __init__(self, bindir: Path, run_as: str | None) -> None:
+        self.bindir = bindir
+        self.run_as = run_as
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="dbqueue-pg-"))
+        self.data = self.root / "data"
+        if run_as is not None:
+            self.root.chmod(0o755)
+            os.chown(self.root, pwd.getpwnam(run_as).pw_uid, -1)
+
+    @classmethod
+    def create(cls) -> PrivatePostgres:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not found:
+            pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) to run one")
+        run_as = None
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                pytest.skip("running as root with no 'postgres' user to run a server as")
+            run_as = "postgres"
+        server = cls(Path(found[-1]).parent, run_as)
+        server._run(
+            "initdb", "-D", str(server.data), "--auth=trust", "-U", "postgres", "-E", "UTF8"
+        )
+        server.start()
+        return server
+
+    def url(self, database: str, **options: str) -> str:
+        query = "&".join(f"{key}={value}" for key, value in options.items())
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}" + (
+            f"?{query}" if query else ""
+        )
+
+    def start(self) -> None:
+        settings = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            settings,
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.root / "server.log"),
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        """``fast`` ends sessions and shuts down cleanly; ``immediate`` is a crash."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def psql(self, database: str, sql: str) -> str:
+        """Run ``sql`` with psql; its unaligned output."""
+        return self._run(
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-At",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        )
+
+    def destroy(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _run(self, program: str, *args: str) -> str:
+        command = [str(self.bindir / program), *args]
+        if self.run_as is not None:
+            command = ["runuser", "-u", self.run_as, "--", *command]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=SERVER_WAIT, check=False, cwd="/"
+        )
+        if done.returncode != 0:
+            raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
+        return done.stdout
+
+
+class LostReplyProxy:
+    """A TCP proxy to PostgreSQL that, once armed, loses the reply of one committed write.
+
+    ``arm(marker)``: the first client message holding ``marker`` (the text of a
+    statement, sent when it is prepared) dooms its connection. From the
+    server's report of an ``UPDATE`` done (CommandComplete) on, its messages
+    are held back; once it reports the transaction over (ReadyForQuery), the
+    write is committed and both sockets are closed: the client never hears
+    it. ``cut`` is set then. Connect with ``sslmode=disable`` so the protocol
+    can be read.
+    """
+
+    def __init__(self, upstream_port: int = 5432) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.cut = threading.Event()
+        self._marker: bytes | None = None
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, marker: bytes) -> None:
+        with self._lock:
+            self._marker = marker
+
+    def close(self) -> None:
+        self.listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                _close(sock)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # Closed.
+            server = socket.create_connection(self.upstream)
+            with self._lock:
+                self._sockets += [client, server]
+            doomed = threading.Event()
+            threading.Thread(
+                target=self._to_server, args=(client, server, doomed), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._to_client, args=(server, client, doomed), daemon=True
+            ).start()
+
+    def _to_server(
+        self, client: socket.socket, server: socket.socket, doomed: threading.Event
+    ) -> None:
+        while data := _recv(client):
+            with self._lock:
+                if self._marker is not None and self._marker in data:
+                    self._marker = None
+                    doomed.set()
+            try:
+                server.sendall(data)
+            except OSError:
+                break
+        _close(server)
+
+    def _to_client(
+        self, server: socket.socket, client: socket.socket, doomed: threading.Event
+    ) -> None:
+        buffer = b""
+        updated = False
+        while data := _recv(server):
+            buffer += data
+            while len(buffer) >= 5:
+                kind, length = buffer[:1], struct.unpack("!I", buffer[1:5])[0]
+                if len(buffer) < 1 + length:
+                    break
+                message, buffer = buffer[: 1 + length], buffer[1 + length :]
+                updated = updated or (
+                    doomed.is_set() and kind == b"C" and message[5:].startswith(b"UPDATE")
+                )
+                if not updated:
+                    try:
+                        client.sendall(message)
+                    except OSError:
+                        break
+                    continue
+                if kind == b"Z":
+                    _close(server)
+                    _close(client)
+                    self.cut.set()
+                    return
+        _close(client)
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
