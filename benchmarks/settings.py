@@ -35,10 +35,33 @@ DATABASES = {
     }
 }
 INSTALLED_APPS = [
+    "django.contrib.admin",
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "django_dbqueue",
     "tests.testapp",
+]
+# The admin pages benchmark (benchmarks/admin_pages.py) fetches the job admin.
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DBQUEUE: dict[str, object] = json.loads(os.environ.get(DBQUEUE_ENV, "{}"))

@@ -26,6 +26,8 @@ class Sizes:
     backlog_finished: int = 1_000_000
     backlog_ready: int = 200_000
     rss_jobs: int = 200_000
+    #: Job table sizes the admin pages are timed at.
+    admin_rows: tuple[int, ...] = (1_000_000, 10_000_000)
     drain_deadline: float = 45.0
     long_drain_deadline: float = 100.0
 
@@ -42,6 +44,7 @@ QUICK = Sizes(
     backlog_finished=50_000,
     backlog_ready=20_000,
     rss_jobs=20_000,
+    admin_rows=(20_000,),
     drain_deadline=10.0,
     long_drain_deadline=10.0,
 )

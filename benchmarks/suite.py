@@ -16,13 +16,14 @@ import django
 import psycopg
 from django.db import connections
 
-from benchmarks import database, drain, enqueue, latency, lateness, memory
+from benchmarks import admin_pages, database, drain, enqueue, latency, lateness, memory
 from benchmarks.results import Results
 from benchmarks.session import Session
 from benchmarks.sizes import Sizes
 from benchmarks.workers import ROOT
 
-#: In this order: the in-process and raw figures first, the long drains last.
+#: In this order: the in-process and raw figures first, the long drains, then the admin pages
+#: on big tables (they rebuild the job table).
 STEPS = (
     enqueue.run,
     drain.run_raw,
@@ -31,6 +32,7 @@ STEPS = (
     lateness.run,
     drain.run_backlog,
     memory.run,
+    admin_pages.run,
 )
 
 

@@ -10,24 +10,39 @@ Nobody edits lifecycle fields by hand. Replace the registration the usual way
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_dbqueue import dashboard, leases, reaper
-from django_dbqueue.models import Job, JobState
+from django_dbqueue import dashboard, leases, reaper, triage
+from django_dbqueue.listing import (
+    ErrorCodeFilter,
+    EstimatedCountPaginator,
+    QueueFilter,
+    TaskFilter,
+)
+from django_dbqueue.models import TERMINAL_STATES, Job, JobState
 
 STATE_COLOURS = {
     JobState.READY: "#1565c0",
@@ -35,6 +50,20 @@ STATE_COLOURS = {
     JobState.SUCCEEDED: "#2e7d32",
     JobState.DEAD: "#c62828",
     JobState.CANCELLED: "#757575",
+}
+#: A search term that may be a job id, and the largest id a BigAutoField holds.
+JOB_ID = re.compile(r"[0-9]{1,19}")
+MAX_JOB_ID = 2**63 - 1
+#: Jobs one admin action changes per transaction; "select all" runs batch after batch.
+ACTION_BATCH = triage.BATCH
+#: Dead jobs the requeue confirmation lists; it counts the rest.
+PREVIEW_ROWS = 100
+#: The actions the job's own page offers as buttons, with their labels.
+PAGE_LABELS = {
+    "requeue_dead": "Requeue",
+    "cancel_ready": "Cancel",
+    "request_cancel": "Ask to stop (cancel)",
+    "run_now": "Run now",
 }
 #: Columns the list page never needs: kept out of its query.
 HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
@@ -74,28 +103,40 @@ class JobAdmin(ModelAdmin):
     list_display = (
         "state_badge",
         "id",
-        "task",
+        "task_name",
         "queue",
         "attempts_used",
         "last_error_code",
         "last_error_line",
         "age",
-        "priority",
-        "run_at",
     )
     list_display_links = ("id",)
-    list_filter = (StateFilter, "queue", "task", "last_error_code")
+    list_filter = (StateFilter, QueueFilter, TaskFilter, ErrorCodeFilter)
     search_fields = ("task", "dedupe_key", "=subject_id")
     ordering = ("-id",)
     list_per_page = 100
+    # Big tables: no second COUNT(*) of the whole table; estimated counts past a threshold.
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
     date_hierarchy = None
-    actions = ("requeue_dead", "cancel_ready", "run_now", "delete_finished")
+    actions = ("requeue_dead", "cancel_ready", "request_cancel", "run_now", "delete_finished")
     change_list_template = "admin/django_dbqueue/job/change_list.html"
     fieldsets = (
         (None, {"fields": ("state_badge", "task", "queue", "priority", "attempts_used")}),
         ("Timeline", {"fields": ("created_at", "run_at", "started_at", "finished_at")}),
         ("Call", {"fields": ("arguments", "result_json", "subject_link", "dedupe_key")}),
-        ("Lease", {"fields": ("worker_id", "lease_token", "lease_until", "lease_seconds")}),
+        (
+            "Lease",
+            {
+                "fields": (
+                    "worker_id",
+                    "lease_token",
+                    "lease_until",
+                    "lease_seconds",
+                    "cancel_requested_at",
+                )
+            },
+        ),
         ("Errors", {"fields": ("last_error_code", "last_error_text", "error_history")}),
     )
 
@@ -107,10 +148,14 @@ class JobAdmin(ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """Also match a job id when the term is a number."""
+        """Also match a job id when the term is one: ASCII digits within a bigint's range.
+
+        Anything else (``²``, a 40-digit number) is only searched as text, never a 500.
+        """
         results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
-        if search_term.strip().isdigit():
-            results |= queryset.filter(pk=int(search_term))
+        term = search_term.strip()
+        if JOB_ID.fullmatch(term) and int(term) <= MAX_JOB_ID:
+            results |= queryset.filter(pk=int(term))
         return results, may_have_duplicates
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
@@ -123,6 +168,25 @@ class JobAdmin(ModelAdmin):
         """Actions may change jobs; nobody edits a job's fields by hand (read-only page)."""
         return obj is None and super().has_change_permission(request)
 
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        """Only terminal jobs may be deleted: a ready or running job's page offers no Delete."""
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or obj.state in TERMINAL_STATES)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The job actions, without the site-wide ``delete_selected`` (it ignores state)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        """Delete through ``reaper.delete_finished``: a job requeued meanwhile is kept (403)."""
+        if not reaper.delete_finished([obj.pk]):
+            raise PermissionDenied(f"Job {obj.pk} is no longer finished; it was not deleted.")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        reaper.delete_finished(queryset.values_list("pk", flat=True))
+
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         """Requeue changes state (change permission) and grants attempts (``requeue_job``)."""
         return self.has_change_permission(request) and request.user.has_perm(
@@ -134,13 +198,83 @@ class JobAdmin(ModelAdmin):
     ) -> HttpResponse:
         return super().changelist_view(request, {**dashboard.context(), **(extra_context or {})})
 
+    # --- the job's own page: the actions that fit its state, as buttons ------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        triage_url = path(
+            "<path:object_id>/triage/",
+            self.admin_site.admin_view(self.triage_view),
+            name="django_dbqueue_job_triage",
+        )
+        return [triage_url, *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        job = self.get_object(request, unquote(object_id))
+        buttons = self.page_actions(request, job) if job is not None else []
+        context = {
+            "triage_buttons": buttons,
+            "requeue_form": RequeueForm(),
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def page_actions(self, request: HttpRequest, job: Job) -> list[tuple[str, str]]:
+        """``(action, label)`` for each action the user may run and the job's state allows."""
+        fitting = {
+            JobState.DEAD: ["requeue_dead"],
+            JobState.READY: ["cancel_ready", *(["run_now"] if job.run_at > timezone.now() else [])],
+            JobState.RUNNING: [] if job.cancel_requested_at else ["request_cancel"],
+        }.get(JobState(job.state), [])
+        allowed = self.get_actions(request)
+        return [(name, PAGE_LABELS[name]) for name in fitting if name in allowed]
+
+    def triage_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Run one action (POST ``action``) on this job, exactly as the list's action does.
+
+        The same action method, so the same permission and protocol function, and
+        a ``LogEntry``; an action the user may not run is refused (403).
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job with id {object_id!r}.")
+        name = request.POST.get("action", "")
+        allowed = self.get_actions(request)
+        if name not in PAGE_LABELS or name not in allowed:
+            raise PermissionDenied(f"You may not run {name!r} on jobs.")
+        action = allowed[name][0]
+        response = action(self, request, self.get_queryset(request).filter(pk=job.pk))
+        change_page = reverse("admin:django_dbqueue_job_change", args=[job.pk])
+        return response or HttpResponseRedirect(change_page)
+
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> SafeString:
-        return format_html(
+        """The state word on its colour; a job an operator asked to stop says so beside it."""
+        badge = format_html(
             '<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
             STATE_COLOURS.get(JobState(job.state), "#000"),
             job.state,
         )
+        if job.cancel_requested_at is None:
+            return badge
+        return format_html(
+            '{} <span class="dbqueue-cancel-requested" title="cancel requested {}">'
+            "cancel requested</span>",
+            badge,
+            job.cancel_requested_at.isoformat(timespec="seconds"),
+        )
+
+    @admin.display(description="task", ordering="task")
+    def task_name(self, job: Job) -> SafeString:
+        """The function's name; the full import path on hover (and on the job's page)."""
+        return format_html('<span title="{}">{}</span>', job.task, job.task.rsplit(".", 1)[-1])
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_used(self, job: Job) -> str:
@@ -212,30 +346,59 @@ class JobAdmin(ModelAdmin):
     def requeue_dead(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         form = RequeueForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            extra = form.cleaned_data["extra_attempts"]
-            self._apply(
-                request,
-                queryset,
-                lambda ids: leases.requeue(ids, extra, actor=request.user.get_username()),
-                f"Requeued with {extra} more attempt(s)",
-            )
+            self._requeue(request, queryset, form.cleaned_data["extra_attempts"])
             return None
+        dead = queryset.filter(state=JobState.DEAD)
+        dead_count = dead.count()
         context = {
             **self.admin_site.each_context(request),
             "title": "Requeue dead jobs",
             "opts": self.model._meta,
             "form": form,
-            "jobs": queryset.filter(state=JobState.DEAD),
-            "skipped": queryset.exclude(state=JobState.DEAD).count(),
-            # Every selected job, also with "select all": the apply step re-posts these ids.
-            "selected": list(queryset.values_list("pk", flat=True)),
+            "jobs": dead[:PREVIEW_ROWS],
+            "dead_count": dead_count,
+            "skipped": queryset.count() - dead_count,
+            # As Django's delete confirmation: re-post what the page posted (at most a page of
+            # ids) and "select all"; the form posts to this URL, so the filters and search
+            # that built the selection come back with it, never one field per selected job.
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across") == "1",
             "action": "requeue_dead",
         }
         return TemplateResponse(request, "admin/django_dbqueue/job/requeue_dead.html", context)
 
+    def _requeue(self, request: HttpRequest, queryset: QuerySet[Job], extra: int) -> None:
+        """Requeue via ``leases.requeue_report``; name the jobs kept dead for their dedupe key."""
+        duplicates: list[int] = []
+
+        def requeue(ids: Iterable[int]) -> list[int]:
+            result = leases.requeue_report(ids, extra, actor=request.user.get_username())
+            duplicates.extend(result.duplicates)
+            return result.requeued
+
+        self._apply(request, queryset, requeue, f"Requeued with {extra} more attempt(s)")
+        if duplicates:
+            self.message_user(
+                request,
+                f"Not requeued, because another job with the same task and dedupe key is "
+                f"active or was requeued first: {triage.named(duplicates)}.",
+                messages.WARNING,
+            )
+
     @admin.action(description="Cancel ready jobs", permissions=["change"])
     def cancel_ready(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self._apply(request, queryset, leases.cancel, "Cancelled")
+
+    @admin.action(
+        description="Ask running jobs to stop (cooperative cancel)", permissions=["change"]
+    )
+    def request_cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(
+            request,
+            queryset,
+            lambda ids: leases.request_cancel(ids, actor=request.user.get_username()),
+            "Cancel requested",
+        )
 
     @admin.action(description="Run now (ready jobs scheduled later)", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -253,16 +416,24 @@ class JobAdmin(ModelAdmin):
         verb: str,
         flag: int = CHANGE,
     ) -> None:
-        """Run ``transition`` on the selection; log the changed jobs and report the rest."""
-        jobs = {job.pk: job for job in queryset}
-        changed = transition(list(jobs))
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk,
-            queryset=[jobs[job_id] for job_id in changed],
-            action_flag=flag,
-            change_message=f"{verb} (admin action)",
-        )
-        self._report(request, verb, len(changed), len(jobs) - len(changed))
+        """Run ``transition`` on the selection in batches; log the changed jobs, report the rest.
+
+        Batches of ``ACTION_BATCH`` jobs in id order, each its own short transaction,
+        so "select all" over any number of jobs holds no long lock and no giant list.
+        """
+        selected = changed = 0
+        for batch in triage.batches(queryset, ACTION_BATCH):
+            jobs = {job.pk: job for job in batch}
+            done = transition(list(jobs))
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk,
+                queryset=[jobs[job_id] for job_id in done],
+                action_flag=flag,
+                change_message=f"{verb} (admin action)",
+            )
+            selected += len(jobs)
+            changed += len(done)
+        self._report(request, verb, changed, selected - changed)
 
     def _report(self, request: HttpRequest, verb: str, changed: int, skipped: int) -> None:
         level = messages.SUCCESS if changed else messages.WARNING

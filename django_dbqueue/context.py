@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from django_dbqueue import leases
-from django_dbqueue.exceptions import LeaseLost
+from django_dbqueue.exceptions import JobCancelled, LeaseLost
+
+log = logging.getLogger(__name__)
 
 
 class JobContext:
@@ -14,12 +17,15 @@ class JobContext:
     ``idempotency_key`` is the same for every attempt and requeue of the job:
     give it to remote systems so they can drop duplicates. ``lease_lost`` is
     set as soon as the worker learns the lease is gone; a long task should
-    check it (or call ``heartbeat()``) and stop.
+    check it (or call ``heartbeat()``) and stop. ``cancel_requested`` is set
+    within one renew interval of an operator's ``request_cancel``; a task that
+    honours it calls ``raise_if_cancelled()`` and ends ``cancelled``.
     """
 
     def __init__(self, lease: leases.Lease) -> None:
         self.lease = lease
         self.lease_lost = threading.Event()
+        self.cancel_requested = threading.Event()
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} attempt={self.attempt}/{self.max_attempts}>"
@@ -45,8 +51,28 @@ class JobContext:
         return self.lease.idempotency_key
 
     def heartbeat(self) -> None:
-        """Renew the lease now. Raises ``LeaseLost`` (and sets ``lease_lost``) if it is gone."""
-        if not self.lease_lost.is_set() and self.job_id in leases.renew([self.lease]):
-            return
+        """Renew the lease now. Raises ``LeaseLost`` (and sets ``lease_lost``) if it is gone.
+
+        Also sets ``cancel_requested`` when an operator has asked the job to stop.
+        """
+        if not self.lease_lost.is_set():
+            renewal = leases.renew_all([self.lease])
+            self.learn(renewal)
+            if self.job_id in renewal.owned:
+                return
         self.lease_lost.set()
         raise LeaseLost(f"job {self.job_id}: the lease of attempt {self.attempt} is lost.")
+
+    def learn(self, renewal: leases.Renewal) -> None:
+        """Set ``cancel_requested`` if ``renewal`` reports this job marked for cancellation."""
+        if self.job_id in renewal.cancel_requested and not self.cancel_requested.is_set():
+            log.info("job id=%s cancel requested; telling its task", self.job_id)
+            self.cancel_requested.set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JobCancelled`` if an operator asked this job to stop; else return.
+
+        Let the exception propagate: the job ends ``cancelled``, not retried.
+        """
+        if self.cancel_requested.is_set():
+            raise JobCancelled(f"job {self.job_id}: cancel requested by an operator.")

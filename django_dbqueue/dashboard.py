@@ -14,6 +14,12 @@ from django_dbqueue.models import JobState
 CHART_MINUTES = int(stats.RECENT / timedelta(minutes=1))
 CHART_WIDTH = 360
 CHART_HEIGHT = 60
+#: Room around the bars for the count axis (left) and the time axis (below).
+AXIS_LEFT = 40
+AXIS_TOP = 8
+AXIS_BOTTOM = 18
+#: Minutes between two labels of the time axis.
+TIME_TICK_MINUTES = 15
 #: How long a due slot may go unrecorded before its schedule is flagged: no worker is scheduling.
 SCHEDULE_OVERDUE_AFTER = timedelta(minutes=1)
 #: Stacking order and colours of the outcomes in the chart.
@@ -48,6 +54,23 @@ class Bar:
     @property
     def colour(self) -> str:
         return OUTCOME_COLOURS.get(self.state, "#616161")
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One labelled mark on an axis, ``position`` pixels along it inside the plot."""
+
+    position: float
+    label: str
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    """One outcome in the chart's legend, with its total over the hour shown."""
+
+    label: str
+    colour: str
+    total: int
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,39 @@ def chart_bars(now: datetime) -> tuple[list[Bar], int]:
     return bars, tallest
 
 
+def time_ticks(now: datetime) -> list[Tick]:
+    """Marks at each quarter hour of the chart's window, labelled in the current time zone."""
+    start = stats.window_start(now)
+    width = CHART_WIDTH / CHART_MINUTES
+    ticks = []
+    for column in range(CHART_MINUTES):
+        minute = start + timedelta(minutes=column)
+        if timezone.localtime(minute).minute % TIME_TICK_MINUTES == 0:
+            ticks.append(Tick(column * width, f"{timezone.localtime(minute):%H:%M}"))
+    return ticks
+
+
+def count_ticks(tallest: int) -> list[Tick]:
+    """0 at the bottom and the tallest minute's total at the top (and half of it between)."""
+    if not tallest:
+        return []
+    ticks = [Tick(CHART_HEIGHT, "0"), Tick(0, str(tallest))]
+    if tallest >= 4:
+        ticks.insert(1, Tick(CHART_HEIGHT / 2, f"{tallest / 2:g}"))
+    return ticks
+
+
+def legend(bars: list[Bar]) -> list[LegendEntry]:
+    """Every outcome with its colour and how many jobs ended so in the hour charted."""
+    totals = dict.fromkeys(OUTCOME_COLOURS, 0)
+    for bar in bars:
+        totals[bar.state] = totals.get(bar.state, 0) + bar.count
+    return [
+        LegendEntry(JobState(state).label, OUTCOME_COLOURS[state], total)
+        for state, total in totals.items()
+    ]
+
+
 def context(now: datetime | None = None) -> dict[str, Any]:
     """Template context for the health block above the job list."""
     now = now or timezone.now()
@@ -142,7 +198,11 @@ def context(now: datetime | None = None) -> dict[str, Any]:
         "chart_tallest": tallest,
         "chart_width": CHART_WIDTH,
         "chart_height": CHART_HEIGHT,
-        "chart_legend": [
-            (JobState(state).label, colour) for state, colour in OUTCOME_COLOURS.items()
-        ],
+        "chart_svg_width": AXIS_LEFT + CHART_WIDTH + 8,
+        "chart_svg_height": AXIS_TOP + CHART_HEIGHT + AXIS_BOTTOM,
+        "chart_axis_left": AXIS_LEFT,
+        "chart_axis_top": AXIS_TOP,
+        "chart_time_ticks": time_ticks(now),
+        "chart_count_ticks": count_ticks(tallest),
+        "chart_legend": legend(bars),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
-from django_dbqueue.exceptions import Retry
+from django_dbqueue.exceptions import JobCancelled, Retry
 
 TASK_NOT_FOUND = "TASK_NOT_FOUND"
 BAD_ARGUMENTS = "BAD_ARGUMENTS"
@@ -15,6 +15,7 @@ LEASE_EXPIRED = "LEASE_EXPIRED"
 #: ``asyncio.CancelledError``, ``KeyboardInterrupt``): a failed attempt like any other.
 TASK_ABORTED = "TASK_ABORTED"
 RETRY = Retry.code
+CANCELLED = JobCancelled.code
 
 #: ``last_error`` keeps at most this many characters: the end of the traceback.
 LAST_ERROR_LIMIT = 4000

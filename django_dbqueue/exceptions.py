@@ -36,6 +36,17 @@ class LeaseLost(DbQueueError):
     """
 
 
+class JobCancelled(DbQueueError):
+    """An operator asked the running job to stop (``leases.request_cancel``).
+
+    Raised by ``JobContext.raise_if_cancelled()``. Let it propagate out of the
+    task: the job then ends ``cancelled``, with the request in its history,
+    and is not retried.
+    """
+
+    code = "CANCELLED"
+
+
 class Retry(DbQueueError):
     """Raised by task code to ask for another attempt after ``delay``.
 

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from django_dbqueue import conf, jsontext, runnable, sql
-from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo, appended, history_entry
+from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import TaskNotFound
 
@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: Jobs the reaper handles in one transaction.
 REAP_BATCH = 100
+
+#: Runs of the requeue statement before a dedupe-key conflict with concurrent writers is raised.
+REQUEUE_TRIES = 3
 
 #: Rotates which queue goes first when a claim serves several.
 _turns = itertools.count()
@@ -167,12 +170,14 @@ class Renewal:
     this very lease's own write settled them meanwhile (a success or failure
     written while the renewal was on its way), by job id with the state they
     are in: not a lost lease. ``lost``: the rest, taken by another worker or
-    the reaper.
+    the reaper. ``cancel_requested``: owned jobs an operator asked to stop
+    (``request_cancel``), read by the renew statement itself: no extra query.
     """
 
     owned: set[int]
     settled: dict[int, str]
     lost: set[int]
+    cancel_requested: set[int] = field(default_factory=set)
 
 
 def renew(leases: Iterable[Lease]) -> set[int]:
@@ -194,14 +199,16 @@ def renew_all(leases: Iterable[Lease]) -> Renewal:
         {"job_id": lease.job_id, "lease_token": lease.lease_token, "worker_id": lease.worker_id}
         for lease in held
     ]
-    owned = {row[0] for row in sql.run_alone(queue_connection(), "renew", {"leases": batch})}
+    rows = sql.run_alone(queue_connection(), "renew", {"leases": batch})
+    owned = {row[0] for row in rows}
     missing = [lease for lease in held if lease.job_id not in owned]
     settled = settled_by(missing) if missing else {}
     lost = {lease.job_id for lease in missing if lease.job_id not in settled}
     for lease in missing:
         if lease.job_id in lost:
             log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
-    return Renewal(owned=owned, settled=settled, lost=lost)
+    marked = {row[0] for row in rows if row[1] is not None}
+    return Renewal(owned=owned, settled=settled, lost=lost, cancel_requested=marked)
 
 
 def settled_by(leases: Iterable[Lease]) -> dict[int, str]:
@@ -324,28 +331,42 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
     lease's failure is already recorded (the reply of an earlier try was lost).
     """
     info = (error if isinstance(error, ErrorInfo) else ErrorInfo.from_exception(error)).bounded()
+
+    def record(connection: BaseDatabaseWrapper, history: list[dict[str, object]]) -> bool:
+        failure = _failure_row(
+            lease.job_id,
+            lease.lease_token,
+            lease.worker_id,
+            lease.attempt,
+            history,
+            info,
+            retry_at,
+        )
+        return bool(_record_failures(connection, [failure], expired=False))
+
+    return _settle_with_history(lease, "fail", record)
+
+
+def _settle_with_history(
+    lease: Lease,
+    action: str,
+    write: Callable[[BaseDatabaseWrapper, list[dict[str, object]]], bool],
+) -> bool:
+    """Lock the leased row, hand its error history to ``write``; log a lost lease.
+
+    ``write`` runs in the same transaction, under the row lock, only while the
+    lease's token is current; it re-checks the deadline by the database clock.
+    """
     connection = queue_connection()
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
     with sql.write_transaction(connection):
         locked = sql.run(connection, "lock_lease", fence)
-        applied = False
-        if locked:
-            history = sql.to_json(locked[0][0])
-            failure = _failure_row(
-                lease.job_id,
-                lease.lease_token,
-                lease.worker_id,
-                lease.attempt,
-                history,
-                info,
-                retry_at,
-            )
-            applied = bool(_record_failures(connection, [failure], expired=False))
+        applied = bool(locked) and write(connection, sql.to_json(locked[0][0]))
     if not applied:
-        # A retried write whose first reply was lost finds its own failure already recorded.
+        # A retried write whose first reply was lost finds its own write already recorded.
         applied = settled_by([lease]).get(lease.job_id) not in (None, JobState.SUCCEEDED)
     if not applied:
-        log_lost_lease("fail", lease.job_id, lease.worker_id, lease.lease_token)
+        log_lost_lease(action, lease.job_id, lease.worker_id, lease.lease_token)
     return applied
 
 
@@ -429,20 +450,67 @@ def _record_failures(
     return [(job_id, state) for job_id, state in settled]
 
 
+@dataclass(frozen=True)
+class RequeueResult:
+    """What one ``requeue_report`` did.
+
+    ``requeued``: the dead jobs made ready. ``duplicates``: dead jobs left dead
+    because another job with their ``(task, dedupe_key)`` is active, or was
+    requeued by the same call (the lowest id of those selected wins).
+    """
+
+    requeued: list[int]
+    duplicates: list[int]
+
+
 def requeue(job_ids: Iterable[int], extra_attempts: int, actor: str) -> list[int]:
+    """Give dead jobs ``extra_attempts`` more attempts and make them due now; return their ids.
+
+    ``requeue_report`` without the report of the jobs skipped for their dedupe key.
+    """
+    return requeue_report(job_ids, extra_attempts, actor).requeued
+
+
+def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> RequeueResult:
     """Give dead jobs ``extra_attempts`` more attempts and make them due now.
 
     Only ``dead`` jobs change; workers are woken when the transaction
     commits. Each keeps its id (so its idempotency key), attempts, dedupe key
-    and error history. A job whose dedupe key an active job now holds is
-    skipped. Returns the ids requeued; ``actor`` is logged.
+    and error history. At most one job per ``(task, dedupe_key)`` is revived;
+    the others are left dead and reported in ``duplicates``, never an error,
+    also when a concurrent enqueue or requeue takes the key meanwhile (the
+    statement is then run again, and sees it). ``actor`` is logged.
     """
     if extra_attempts < 1:
         raise ValueError(f"extra_attempts must be 1 or more, not {extra_attempts}.")
-    ids = _changed("requeue", job_ids, {"extra_attempts": extra_attempts, "channel": _channel()})
-    if ids:
-        log.info("requeued dead jobs ids=%s extra_attempts=%s actor=%s", ids, extra_attempts, actor)
-    return ids
+    ids = [int(job_id) for job_id in job_ids]
+    if not ids:
+        return RequeueResult(requeued=[], duplicates=[])
+    params = {"job_ids": ids, "extra_attempts": extra_attempts, "channel": _channel()}
+    connection = queue_connection()
+    for attempt in range(1, REQUEUE_TRIES + 1):
+        try:
+            with sql.write_transaction(connection):
+                requeued = sorted(row[0] for row in sql.run(connection, "requeue", params))
+                duplicates = _dead_with_dedupe_key(connection, ids)
+            break
+        except IntegrityError:
+            # A concurrent transaction committed an active job with one of the keys after
+            # this statement's snapshot; the next run sees it and skips that job.
+            if attempt == REQUEUE_TRIES:
+                raise
+    if requeued:
+        log.info(
+            "requeued dead jobs ids=%s extra_attempts=%s actor=%s", requeued, extra_attempts, actor
+        )
+    return RequeueResult(requeued=requeued, duplicates=duplicates)
+
+
+def _dead_with_dedupe_key(connection: BaseDatabaseWrapper, job_ids: list[int]) -> list[int]:
+    dead = Job.objects.using(connection.alias).filter(
+        pk__in=job_ids, state=JobState.DEAD, dedupe_key__isnull=False
+    )
+    return sorted(dead.values_list("pk", flat=True))
 
 
 def cancel(job_ids: Iterable[int]) -> list[int]:
@@ -451,6 +519,48 @@ def cancel(job_ids: Iterable[int]) -> list[int]:
     Running and finished jobs are left as they are.
     """
     return _changed("cancel", job_ids, {})
+
+
+def request_cancel(job_ids: Iterable[int], actor: str) -> list[int]:
+    """Ask the ``running`` jobs among ``job_ids`` to stop; return the ids marked.
+
+    Cooperative: the worker's heartbeat reads the mark within one renew
+    interval and sets ``context.cancel_requested``; a task that honours it
+    (``context.raise_if_cancelled()``) ends ``cancelled``, one that ignores it
+    runs on to its outcome, the mark kept for operators to see. Ready jobs are
+    cancelled with ``cancel``, not here; finished jobs are left alone. A job
+    marked again keeps its first request's time. ``actor`` is logged.
+    """
+    ids = _changed("request_cancel", job_ids, {})
+    if ids:
+        log.info("cancel requested for running jobs ids=%s actor=%s", ids, actor)
+    return ids
+
+
+def cancel_running(lease: Lease) -> bool:
+    """End the leased job ``cancelled``: its task stopped because it was asked to.
+
+    A history entry with code ``CANCELLED`` is appended. Fenced like every
+    transition: applies only for the current ``(worker_id, lease_token)`` with
+    a live lease; otherwise changes nothing and returns ``False`` (a stale
+    attempt cannot cancel the job's newer attempt). ``True`` also when this
+    lease's cancellation is already recorded (the reply of an earlier try was lost).
+    """
+    info = ErrorInfo(CANCELLED, f"cancelled on request during attempt {lease.attempt}")
+
+    def record(connection: BaseDatabaseWrapper, history: list[dict[str, object]]) -> bool:
+        entry = history_entry(lease.attempt, lease.worker_id, info, timezone.now().isoformat())
+        params = {
+            "job_id": lease.job_id,
+            "worker_id": lease.worker_id,
+            "lease_token": lease.lease_token,
+            "code": info.code,
+            "last_error": info.last_error,
+            "errors": appended(history, entry),
+        }
+        return bool(sql.run(connection, "cancel_running", params))
+
+    return _settle_with_history(lease, "cancel_running", record)
 
 
 def run_now(job_ids: Iterable[int]) -> list[int]:

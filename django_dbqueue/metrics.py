@@ -1,9 +1,11 @@
 """Prometheus exposition of queue health and worker counters (the ``prometheus`` extra).
 
 Import this module only where metrics are wanted: it needs ``prometheus-client``
-(``pip install "django-dbqueue[prometheus]"``). Samples are read at scrape time
-from ``queue_stats()`` and a worker's ``WorkerStats``; nothing is registered in
-prometheus_client's global registry, so a project's own metrics never clash.
+(``pip install "django-dbqueue[prometheus]"``). Worker samples are read at scrape
+time from its ``WorkerStats``; the queue gauges from ``queue_stats()`` at most once
+per ``QUEUE_STATS_TTL`` seconds, however many scrapes come in. Nothing is
+registered in prometheus_client's global registry, so a project's own metrics
+never clash.
 
 - ``queue_metrics_view``: the queue gauges, for a project's URLconf.
 - ``serve(...)``: what ``runworkers --metrics-port`` starts: the worker's
@@ -13,8 +15,10 @@ prometheus_client's global registry, so a project's own metrics never clash.
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -49,6 +53,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
 log = logging.getLogger(__name__)
 
+#: Seconds the queue gauges are served from one read of ``queue_stats()``: an
+#: unauthenticated scrape flood costs the database one query per interval.
+QUEUE_STATS_TTL = 5.0
 #: ``QueueStats`` field -> (gauge name, help), labelled ``queue``.
 QUEUE_GAUGES = {
     "ready": ("dbqueue_queue_ready_jobs", "Ready jobs that are due now."),
@@ -74,6 +81,10 @@ WORKER_COUNTERS = {
     "succeeded": ("dbqueue_worker_jobs_succeeded_total", "Attempts that succeeded."),
     "retried": ("dbqueue_worker_jobs_retried_total", "Attempts that failed and were retried."),
     "dead": ("dbqueue_worker_jobs_dead_total", "Attempts that left their job dead."),
+    "cancelled": (
+        "dbqueue_worker_jobs_cancelled_total",
+        "Attempts that stopped on a cancel request.",
+    ),
     "lost_lease_writes": (
         "dbqueue_worker_lost_lease_writes_total",
         "Outcomes refused because the lease was lost.",
@@ -100,21 +111,57 @@ WORKER_HISTOGRAMS = {
 }
 
 
+class CachedStats:
+    """What ``read`` returns, read at most once per ``ttl`` seconds and shared by every caller.
+
+    Callers arriving while a read runs wait for it instead of reading too, so
+    however many scrapes come in, the database sees one query per interval
+    (and a request thread that is served from the cache opens no connection).
+    A failed read (``None``) is kept for the interval as well.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], dict[str, QueueStats] | None],
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.read = read
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._value: dict[str, QueueStats] | None = None
+        self._read_at = -math.inf
+
+    def get(self) -> dict[str, QueueStats] | None:
+        with self._lock:
+            if self.clock() - self._read_at >= self.ttl:
+                self._value = self.read()
+                self._read_at = self.clock()
+            return self._value
+
+    def clear(self) -> None:
+        """Forget the value: the next ``get`` reads."""
+        with self._lock:
+            self._read_at = -math.inf
+
+
 class QueueCollector:
-    """Queue gauges from one ``queue_stats()`` query per scrape.
+    """Queue gauges from ``queue_stats()``, read at most once per ``QUEUE_STATS_TTL``.
 
     Queues named in ``DBQUEUE['QUEUES']`` always appear (zeros when idle) so
     alerts see a series. With ``own_connection`` (a scrape thread outside
     Django's request cycle) the thread's connection is closed after each
-    scrape, and a database error leaves the gauges out instead of failing
+    read, and a database error leaves the gauges out instead of failing
     the whole scrape.
     """
 
     def __init__(self, *, own_connection: bool = False) -> None:
         self.own_connection = own_connection
+        self.stats = CachedStats(self._read, QUEUE_STATS_TTL)
 
     def collect(self) -> Iterator[Metric]:
-        stats = self._read()
+        stats = self.stats.get()
         if stats is None:
             return
         families = {
@@ -206,12 +253,15 @@ def worker_registry(worker_id: str, stats: WorkerStats) -> CollectorRegistry:
     return registry
 
 
-_VIEW_REGISTRY = queue_registry()
+#: The collector behind ``queue_metrics_view`` (its cache is ``VIEW_COLLECTOR.stats``).
+VIEW_COLLECTOR = QueueCollector()
+_VIEW_REGISTRY = CollectorRegistry()
+_VIEW_REGISTRY.register(VIEW_COLLECTOR)
 
 
 @require_GET
 def queue_metrics_view(request: HttpRequest) -> HttpResponse:
-    """The queue gauges in Prometheus' text format; one grouped query per request.
+    """The queue gauges in Prometheus' text format, read at most once per ``QUEUE_STATS_TTL``.
 
     Not protected by itself: wrap it (``staff_member_required``, a token
     check) or expose it only to the scraper's network.

@@ -94,6 +94,11 @@ class Job(models.Model):
         max_length=255, blank=True, default="", db_default="", help_text="Latest attempt's worker."
     )
     lease_until = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When an operator asked the running job to stop (request_cancel); kept after.",
+    )
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True, help_text="Latest attempt's start.")
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -166,6 +171,20 @@ class Job(models.Model):
                 name="dbqueue_job_running_lease",
             ),
             models.Index(fields=("finished_at",), name="dbqueue_job_finished"),
+            # The admin's dead-letter list (newest first), its filter choices and the dead
+            # counts of the health summary, by index-only scans of the few dead rows.
+            models.Index(
+                fields=("id",),
+                include=("queue", "task", "last_error_code"),
+                condition=Q(state=JobState.DEAD),
+                name="dbqueue_job_dead",
+            ),
+            # The admin's error-code filter: only jobs that ever failed have a code.
+            models.Index(
+                fields=("last_error_code", "id"),
+                condition=~Q(last_error_code=""),
+                name="dbqueue_job_error_code",
+            ),
             models.Index(fields=("subject_type", "subject_id"), name="dbqueue_job_subject"),
             models.Index(
                 fields=("serial_key", "id"),

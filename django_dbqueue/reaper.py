@@ -12,10 +12,10 @@ import logging
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from django_dbqueue import conf, leases
+from django_dbqueue import conf, leases, sql
 from django_dbqueue.models import Job, JobState
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,9 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
 
     ``succeeded`` rows go after ``SUCCEEDED_RETENTION``; ``dead`` and
     ``cancelled`` after ``DEAD_RETENTION`` (``None``: never). Ready and running
-    jobs are never touched. Returns how many rows were deleted, or with
+    jobs are never touched: each batch is locked (rows others hold are
+    skipped) and deleted by a statement that re-checks state and age
+    (``delete_where``). Returns how many rows were deleted, or with
     ``dry_run`` how many would be, deleting nothing.
     """
     database = conf.get().database
@@ -65,9 +67,11 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
         if dry_run:
             deleted += old.count()
             continue
-        while batch := list(old.order_by("finished_at").values_list("pk", flat=True)[:batch_size]):
-            count, _ = old.filter(pk__in=batch).delete()
-            deleted += count
+        while True:
+            with sql.write_transaction(leases.queue_connection()):
+                locked = old.order_by("finished_at").select_for_update(skip_locked=True)
+                batch = list(locked.values_list("pk", flat=True)[:batch_size])
+                deleted += delete_where(old.filter(pk__in=batch))
             if len(batch) < batch_size:
                 break
     if deleted and not dry_run:
@@ -78,14 +82,27 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
 def delete_finished(job_ids: Iterable[int]) -> list[int]:
     """Delete the jobs among ``job_ids`` that are in a terminal state; return their ids.
 
-    Ready and running jobs are never deleted, whatever was selected; the rows
-    are locked first, so a job requeued meanwhile is not deleted either.
+    Ready and running jobs are never deleted, whatever was selected: the rows
+    are locked first and the delete re-checks their state, so a job requeued
+    meanwhile is not deleted either.
     """
-    database = conf.get().database
-    with transaction.atomic(using=database):
-        finished = (
-            Job.objects.using(database).finished().filter(pk__in=list(job_ids)).select_for_update()
-        )
-        deleted = sorted(finished.values_list("pk", flat=True))
-        Job.objects.using(database).filter(pk__in=deleted).delete()
+    finished = Job.objects.using(conf.get().database).finished().filter(pk__in=list(job_ids))
+    with sql.write_transaction(leases.queue_connection()):
+        deleted = sorted(finished.select_for_update().values_list("pk", flat=True))
+        delete_where(finished.filter(pk__in=deleted))
     return deleted
+
+
+def delete_where(jobs: QuerySet[Job]) -> int:
+    """Delete the rows ``jobs`` matches in one filtered ``DELETE``; return how many.
+
+    ``QuerySet.delete()`` would, once any ``pre_delete``/``post_delete``
+    receiver is connected, select the rows first and then delete them by
+    primary key alone, without the filter: a job requeued in between would be
+    deleted while ready. The raw delete keeps the filter in the statement, so
+    the database re-checks it on every row it deletes. The price: deleting
+    jobs sends no model delete signals (jobs have no dependent rows to
+    cascade to).
+    """
+    # None: the filter matches nothing by construction (an empty id list), so nothing ran.
+    return jobs._raw_delete(jobs.db) or 0

@@ -1,8 +1,8 @@
 """Queue health: the per-queue summary shared by the admin, ``dbqueue_stats`` and metrics.
 
-Each summary is one grouped query over the rows that can matter (active, dead,
-and finished within the last hour), so its cost does not grow with the number
-of queues or with old succeeded rows.
+Each summary is one query, grouped per state over the rows that can matter
+(ready, running, dead, and succeeded within the last hour), each state through
+its index, so its cost does not grow with the number of old finished rows.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, DateTimeField, Min, Q, QuerySet, Value
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from django_dbqueue import conf
-from django_dbqueue.models import Job, JobState
+from django_dbqueue.models import Job
 
 #: Leases ending within this window count as "expiring".
 EXPIRING_WITHIN = timedelta(seconds=30)
@@ -41,40 +41,68 @@ class QueueStats:
 
 
 def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
-    """Health of every queue with active, dead or recently succeeded jobs, by name."""
+    """Health of every queue with active, dead or recently succeeded jobs, by name.
+
+    One query: a ``UNION ALL`` of one grouped branch per state, each served by
+    that state's partial index (ready and dead by index-only scans, recent
+    successes by the finished-at index), so its cost follows the rows that
+    matter, never the finished history.
+    """
     now = now or timezone.now()
-    ready = Q(state=JobState.READY)
-    running = Q(state=JobState.RUNNING)
-    recent_success = Q(state=JobState.SUCCEEDED, finished_at__gte=now - RECENT)
-    rows = (
-        Job.objects.using(conf.get().database)
-        .filter(ready | running | Q(state=JobState.DEAD) | recent_success)
-        .values("queue")
-        .annotate(
-            ready=Count("id", filter=ready & Q(run_at__lte=now)),
-            scheduled=Count("id", filter=ready & Q(run_at__gt=now)),
-            running=Count("id", filter=running),
-            expiring=Count("id", filter=running & Q(lease_until__lte=now + EXPIRING_WITHIN)),
-            dead=Count("id", filter=Q(state=JobState.DEAD)),
-            succeeded_last_hour=Count("id", filter=recent_success),
-            oldest_ready=Min("run_at", filter=ready & Q(run_at__lte=now)),
-        )
-        .order_by("queue")
+    jobs = Job.objects.using(conf.get().database)
+    due = Q(run_at__lte=now)
+    branches = [
+        _branch(
+            jobs.ready(),
+            ready=Count("id", filter=due),
+            scheduled=Count("id", filter=~due),
+            oldest_ready=Min("run_at", filter=due),
+        ),
+        _branch(
+            jobs.running(),
+            running=Count("id"),
+            expiring=Count("id", filter=Q(lease_until__lte=now + EXPIRING_WITHIN)),
+        ),
+        _branch(jobs.dead(), dead=Count("id")),
+        _branch(
+            jobs.succeeded().filter(finished_at__gte=now - RECENT),
+            succeeded_last_hour=Count("id"),
+        ),
+    ]
+    merged: dict[str, dict[str, Any]] = {}
+    for row in branches[0].union(*branches[1:], all=True):
+        counts = merged.setdefault(row["queue"], dict.fromkeys(COUNTED, 0))
+        for name in COUNTED:
+            counts[name] += row[name]
+        counts["oldest_ready"] = counts.get("oldest_ready") or row["oldest_ready"]
+    return {name: _queue_stats(now, merged[name]) for name in sorted(merged)}
+
+
+#: The counted columns of every ``queue_stats`` branch, in the order the ``UNION`` needs.
+COUNTED = ("ready", "scheduled", "running", "expiring", "dead", "succeeded_last_hour")
+
+
+def _branch(jobs: QuerySet[Job], **aggregates: Any) -> QuerySet[Job, dict[str, Any]]:
+    """``jobs`` grouped by queue with every column of the union; those not given are 0."""
+    columns = {name: aggregates.get(name, Value(0)) for name in COUNTED}
+    oldest = aggregates.get("oldest_ready", Value(None, output_field=DateTimeField()))
+    grouped: QuerySet[Job, dict[str, Any]] = (
+        jobs.order_by().values("queue").annotate(**columns, oldest_ready=oldest)
     )
-    return {
-        row["queue"]: QueueStats(
-            ready=row["ready"],
-            scheduled=row["scheduled"],
-            running=row["running"],
-            expiring=row["expiring"],
-            dead=row["dead"],
-            succeeded_last_hour=row["succeeded_last_hour"],
-            oldest_ready_age_seconds=(
-                (now - row["oldest_ready"]).total_seconds() if row["oldest_ready"] else None
-            ),
-        )
-        for row in rows
-    }
+    return grouped
+
+
+def _queue_stats(now: datetime, counts: dict[str, Any]) -> QueueStats:
+    oldest = counts["oldest_ready"]
+    return QueueStats(
+        ready=counts["ready"],
+        scheduled=counts["scheduled"],
+        running=counts["running"],
+        expiring=counts["expiring"],
+        dead=counts["dead"],
+        succeeded_last_hour=counts["succeeded_last_hour"],
+        oldest_ready_age_seconds=(now - oldest).total_seconds() if oldest else None,
+    )
 
 
 def as_json(stats: dict[str, QueueStats]) -> dict[str, Any]:

@@ -26,9 +26,10 @@ WORKER_ID = f"testing:{os.getpid()}"
 class JobRun:
     """One attempt run in this process: the job, the attempt (1-based) and how it ended.
 
-    ``outcome`` is ``"succeeded"``, ``"retried"`` or ``"dead"`` (the words of
-    ``signals.job_finished``), or ``"lease_lost"`` when the attempt outlived
-    its lease and its outcome was refused.
+    ``outcome`` is ``"succeeded"``, ``"retried"``, ``"dead"`` or ``"cancelled"``
+    (the words of ``signals.job_finished``; ``cancelled`` when the task stopped
+    on a cancel request), or ``"lease_lost"`` when the attempt outlived its
+    lease and its outcome was refused.
     """
 
     job_id: int

@@ -88,6 +88,17 @@ def raises_with_nul() -> None:
     raise ValueError("before\x00after")
 
 
+@task(takes_context=True, max_attempts=3, lease=30)
+def stops_when_cancelled(context: JobContext) -> str:
+    """Run the hooks (a test requests the cancel there), heartbeat, then honour the request."""
+    for hook in HOOKS:
+        hook(context)
+    context.heartbeat()
+    SEEN.append({"cancel_requested": context.cancel_requested.is_set()})
+    context.raise_if_cancelled()
+    return "not cancelled"
+
+
 @task(max_attempts=2, retry=Backoff(base=1, factor=1, cap=1))
 def exits(status: int) -> None:
     sys.exit(status)

@@ -108,7 +108,7 @@ WHERE state = 'ready' AND run_at > @dbqueue_now
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)
 -- with lease_until ahead of the clock, read after the rows are locked. Returns the ids
--- still owned.
+-- still owned, each with the time an operator asked it to stop (NULL: not asked).
 SELECT j.id FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id'
@@ -124,7 +124,8 @@ STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
 SET j.lease_until = UTC_TIMESTAMP(6) + INTERVAL j.lease_seconds SECOND
 WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
   AND j.lease_until > UTC_TIMESTAMP(6);
-SELECT j.id FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+SELECT j.id, j.cancel_requested_at
+FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id'
 )) AS l
@@ -225,16 +226,22 @@ WHERE j.state <> 'running';
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
--- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Returns the ids requeued (marked by this statement's run_at).
--- (%(channel)s is unused: no NOTIFY.)
+-- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
+-- is revived: among the selected dead jobs sharing one, the lowest id (the `earlier`
+-- join), and none while an active job holds it (the `a` join). Returns the ids requeued
+-- (marked by this statement's run_at). (%(channel)s is unused: no NOTIFY.)
 SET @dbqueue_requeued_at = UTC_TIMESTAMP(6);
 UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 LEFT JOIN dbqueue_job AS a ON a.task = j.task AND a.active_dedupe_key = j.dedupe_key
+LEFT JOIN (
+    JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS earlier_id
+    STRAIGHT_JOIN dbqueue_job AS earlier FORCE INDEX (PRIMARY) ON earlier.id = earlier_id.value
+) ON earlier.task = j.task AND earlier.dedupe_key = j.dedupe_key AND earlier.id < j.id
+     AND earlier.state = 'dead'
 SET j.state = 'ready', j.max_attempts = j.max_attempts + %(extra_attempts)s,
-    j.run_at = @dbqueue_requeued_at, j.finished_at = NULL
-WHERE j.state = 'dead' AND a.id IS NULL;
+    j.run_at = @dbqueue_requeued_at, j.finished_at = NULL, j.cancel_requested_at = NULL
+WHERE j.state = 'dead' AND a.id IS NULL AND earlier.id IS NULL;
 SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 WHERE j.state = 'ready' AND j.run_at = @dbqueue_requeued_at;
@@ -262,3 +269,31 @@ WHERE j.state = 'ready';
 SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 WHERE j.state = 'cancelled' AND j.finished_at = @dbqueue_cancelled_at;
+
+-- name: request_cancel
+-- Mark the running jobs in %(job_ids)s for cancellation (the first request's time is
+-- kept); their heartbeat reads the mark from renew. Ready and finished jobs are left
+-- alone. Returns the ids marked.
+UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+SET j.cancel_requested_at = COALESCE(j.cancel_requested_at, UTC_TIMESTAMP(6))
+WHERE j.state = 'running';
+SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+WHERE j.state = 'running' AND j.cancel_requested_at IS NOT NULL;
+
+-- name: cancel_running
+-- End the leased job cancelled, with %(errors)s as its history (the cancellation
+-- appended), because its task stopped on a cancel request. Applies only while the lease
+-- is the caller's and live by the clock read once the row lock is held (lock_lease holds
+-- it). Returns the id when it applied (marked by this statement's finished_at).
+SET @dbqueue_cancelled_at = UTC_TIMESTAMP(6);
+UPDATE dbqueue_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = @dbqueue_cancelled_at, last_error_code = %(code)s,
+    last_error = %(last_error)s, errors = %(errors)s
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+  AND lease_until > @dbqueue_cancelled_at;
+SELECT id FROM dbqueue_job
+WHERE id = %(job_id)s AND state = 'cancelled' AND finished_at = @dbqueue_cancelled_at;

@@ -190,7 +190,8 @@ WHERE l.priority IS NOT NULL;
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds from the database clock. Applies only to rows still running under that
 -- (worker_id, lease_token) with lease_until ahead of the clock, checked once the row lock
--- is held. Returns the ids still owned.
+-- is held. Returns the ids still owned, each with the time an operator asked it to stop
+-- (NULL: not asked).
 WITH lease AS (
     SELECT * FROM jsonb_to_recordset(%(leases)s::jsonb)
         AS l(job_id bigint, lease_token bigint, worker_id text)
@@ -205,7 +206,7 @@ FROM lease l
 WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = l.job_id
   AND j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
   AND j.lease_until > clock_timestamp()
-RETURNING j.id;
+RETURNING j.id, j.cancel_requested_at;
 
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
@@ -287,20 +288,40 @@ RETURNING j.id, j.state;
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
--- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Workers of their queues are notified at commit. Returns the ids
--- requeued.
-WITH requeued AS (
+-- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
+-- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
+-- active job holds it. (The NOT EXISTS alone sees the table as it was before this
+-- statement, so two selected dead jobs with one key would both pass it and break the
+-- active-dedupe index.) The rows are locked and their state re-checked first. Workers of
+-- their queues are notified at commit. Returns the ids requeued.
+WITH requested AS (
+    SELECT id, task, dedupe_key FROM dbqueue_job
+    WHERE id = ANY (ARRAY(
+        SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
+    ))
+      AND state = 'dead'
+    ORDER BY id
+    FOR UPDATE
+),
+revived AS (
+    SELECT r.id FROM requested r
+    WHERE r.dedupe_key IS NULL OR (
+        NOT EXISTS (
+            SELECT 1 FROM requested e
+            WHERE e.task = r.task AND e.dedupe_key = r.dedupe_key AND e.id < r.id
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM dbqueue_job a
+            WHERE a.task = r.task AND a.dedupe_key = r.dedupe_key
+              AND a.state IN ('ready', 'running')
+        )
+    )
+),
+requeued AS (
     UPDATE dbqueue_job j
     SET state = 'ready', max_attempts = j.max_attempts + %(extra_attempts)s,
-        run_at = clock_timestamp(), finished_at = NULL
-    WHERE j.id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
-      AND j.state = 'dead'
-      AND NOT EXISTS (
-          SELECT 1 FROM dbqueue_job a
-          WHERE a.task = j.task AND a.dedupe_key = j.dedupe_key
-            AND a.state IN ('ready', 'running')
-      )
+        run_at = clock_timestamp(), finished_at = NULL, cancel_requested_at = NULL
+    WHERE j.id = ANY (ARRAY(SELECT id FROM revived))
     RETURNING j.id, j.queue
 )
 SELECT id, pg_notify(%(channel)s, queue) FROM requeued;
@@ -325,3 +346,28 @@ SET state = 'cancelled', finished_at = clock_timestamp()
 WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
   AND state = 'ready'
 RETURNING id;
+
+-- name: request_cancel
+-- Mark the running jobs in %(job_ids)s for cancellation (the first request's time is
+-- kept); their heartbeat reads the mark from renew. Ready and finished jobs are left
+-- alone. Returns the ids marked.
+UPDATE dbqueue_job
+SET cancel_requested_at = COALESCE(cancel_requested_at, clock_timestamp())
+WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
+  AND state = 'running'
+RETURNING id;
+
+-- name: cancel_running
+-- End the leased job cancelled, with %(errors)s as its history (the cancellation
+-- appended), because its task stopped on a cancel request. Applies only while the lease
+-- is the caller's and live by the database clock once the row lock is held.
+WITH locked AS (SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+UPDATE dbqueue_job j
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = clock_timestamp(), last_error_code = %(code)s,
+    last_error = %(last_error)s, errors = %(errors)s::jsonb
+FROM locked
+WHERE j.id = locked.id
+  AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
+  AND j.lease_until > clock_timestamp()
+RETURNING j.id;

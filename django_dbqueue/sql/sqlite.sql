@@ -96,7 +96,8 @@ WHERE state = 'ready' AND run_at > %(now)s
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)
--- with lease_until still ahead of the clock. Returns the ids still owned.
+-- with lease_until still ahead of the clock. Returns the ids still owned, each with
+-- the time an operator asked it to stop (NULL: not asked).
 UPDATE dbqueue_job
 SET lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds')
 WHERE state = 'running' AND lease_until > %(now)s
@@ -106,7 +107,7 @@ WHERE state = 'running' AND lease_until > %(now)s
         AND json_extract(l.value, '$.lease_token') = dbqueue_job.lease_token
         AND json_extract(l.value, '$.worker_id') = dbqueue_job.worker_id
   )
-RETURNING id;
+RETURNING id, cancel_requested_at;
 
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
@@ -187,18 +188,29 @@ RETURNING id, state;
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
--- Id, attempts, dedupe key and history are kept. A job whose dedupe key is held by an
--- active job is skipped. Returns the ids requeued. (%(channel)s: no NOTIFY on SQLite.)
+-- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
+-- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
+-- active job holds it (whether or not SQLite lets the statement see its own changes, the
+-- two NOT EXISTS between them exclude a second revival). Returns the ids requeued.
+-- (%(channel)s: no NOTIFY on SQLite.)
 UPDATE dbqueue_job
 SET state = 'ready', max_attempts = max_attempts + %(extra_attempts)s, run_at = %(now)s,
-    finished_at = NULL
+    finished_at = NULL, cancel_requested_at = NULL
 WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
   AND state = 'dead'
-  AND NOT EXISTS (
-      SELECT 1 FROM dbqueue_job AS a
-      WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
-        AND a.state IN ('ready', 'running')
-  )
+  AND (dedupe_key IS NULL OR (
+      NOT EXISTS (
+          SELECT 1 FROM dbqueue_job AS e
+          WHERE e.id IN (SELECT value FROM json_each(%(job_ids)s))
+            AND e.task = dbqueue_job.task AND e.dedupe_key = dbqueue_job.dedupe_key
+            AND e.id < dbqueue_job.id AND e.state = 'dead'
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM dbqueue_job AS a
+          WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
+            AND a.state IN ('ready', 'running')
+      )
+  ))
 RETURNING id;
 
 -- name: run_now
@@ -217,4 +229,26 @@ UPDATE dbqueue_job
 SET state = 'cancelled', finished_at = %(now)s
 WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
   AND state = 'ready'
+RETURNING id;
+
+-- name: request_cancel
+-- Mark the running jobs in %(job_ids)s for cancellation (the first request's time is
+-- kept); their heartbeat reads the mark from renew. Ready and finished jobs are left
+-- alone. Returns the ids marked.
+UPDATE dbqueue_job
+SET cancel_requested_at = COALESCE(cancel_requested_at, %(now)s)
+WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
+  AND state = 'running'
+RETURNING id;
+
+-- name: cancel_running
+-- End the leased job cancelled, with %(errors)s as its history (the cancellation
+-- appended), because its task stopped on a cancel request. Applies only while the lease
+-- is the caller's and live.
+UPDATE dbqueue_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = %(now)s,
+    last_error_code = %(code)s, last_error = %(last_error)s, errors = json(%(errors)s)
+WHERE id = %(job_id)s
+  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+  AND lease_until > %(now)s
 RETURNING id;

@@ -21,12 +21,13 @@ from django_dbqueue import durations, leases, runnable, signals
 from django_dbqueue.context import JobContext
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
+    CANCELLED,
     RESULT_NOT_SERIALIZABLE,
     TASK_ABORTED,
     TASK_NOT_FOUND,
     ErrorInfo,
 )
-from django_dbqueue.exceptions import LeaseLost, PermanentError, Retry
+from django_dbqueue.exceptions import JobCancelled, LeaseLost, PermanentError, Retry
 from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 from django_dbqueue.runnable import Runnable
@@ -53,10 +54,12 @@ class Outcome(str, enum.Enum):
     UNRECORDED = "unrecorded"
     #: A success handed to the worker's completer, which writes it and reports the outcome.
     HANDED_OVER = "handed_over"
+    #: The task stopped on an operator's cancel request (``JobCancelled``).
+    CANCELLED = "cancelled"
 
 
 #: Outcomes written to the job; ``signals.job_finished`` announces them.
-RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD)
+RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD, Outcome.CANCELLED)
 
 #: Takes over writing a success: ``(context, result, started)``; raises
 #: ``ResultNotSerializable`` at once when the result is not JSON.
@@ -135,6 +138,9 @@ def _attempt(
         result = job_call()
     except LeaseLost:
         return _announced(lease, started, Outcome.LEASE_LOST, "")
+    except JobCancelled:
+        cancelled = _write(context, lambda: leases.cancel_running(lease), Outcome.CANCELLED)
+        return _announced(lease, started, cancelled, CANCELLED)
     except Retry as exc:
         return _announced(lease, started, *_retry_requested(context, task, exc))
     # Task code may raise anything, SystemExit and CancelledError included: it is recorded on

@@ -85,6 +85,7 @@ class Heartbeat(threading.Thread):
             return
         renewal = leases.renew_all(job.lease for job in renewing)
         for job in renewing:
+            job.context.learn(renewal)
             if job.lease.job_id in renewal.lost:
                 job.context.lease_lost.set()
                 self.stats.add("renew_failures")

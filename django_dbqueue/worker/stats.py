@@ -16,6 +16,7 @@ COUNTERS = (
     "succeeded",
     "retried",
     "dead",
+    "cancelled",
     "lost_lease_writes",
     "unrecorded",
     "renew_failures",
@@ -89,6 +90,7 @@ class WorkerStats:
     succeeded: int = 0
     retried: int = 0
     dead: int = 0
+    cancelled: int = 0
     lost_lease_writes: int = 0
     unrecorded: int = 0
     renew_failures: int = 0

@@ -46,6 +46,7 @@ COUNTER_OF = {
     Outcome.SUCCEEDED: "succeeded",
     Outcome.RETRIED: "retried",
     Outcome.DEAD: "dead",
+    Outcome.CANCELLED: "cancelled",
     Outcome.LEASE_LOST: "lost_lease_writes",
     Outcome.UNRECORDED: "unrecorded",
 }

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import AbstractUser
+from django.utils import timezone
 from playwright.sync_api import Locator, Page, expect
 from pytest_django.live_server_helper import LiveServer
 
@@ -138,4 +140,65 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
         operator.pk,
         CHANGE,
         "Requeued with 2 more attempt(s) (admin action)",
+    )
+
+
+def test_operator_requeues_a_dead_job_from_its_own_page_in_a_real_browser(
+    live_server: LiveServer,
+    browser_page: BrowserPage,
+    django_user_model: type[AbstractUser],
+    tmp_path: Path,
+) -> None:
+    operator = django_user_model.objects.create_superuser(USERNAME, "oncall@example.com", PASSWORD)
+    dead = dead_job_with_history()
+    Job.objects.filter(pk=dead.pk).update(
+        task="shop.billing.payments.gateways.acquirer.tasks.charge_card_with_3ds_fallback"
+    )
+    now = timezone.now()
+    for minutes, count in ((3, 4), (12, 7), (25, 2), (41, 5)):
+        JobFactory.create_batch(
+            count, succeeded=True, queue="emails", finished_at=now - timedelta(minutes=minutes)
+        )
+    JobFactory(cancelled=True, queue="emails", finished_at=now - timedelta(minutes=12))
+    shots = {name: tmp_path / f"admin-{name}.png" for name in ("list", "dead-job-page", "chart")}
+
+    with browser_page() as page:
+        log_in(page, live_server.url)
+        page.goto(f"{live_server.url}/admin/django_dbqueue/job/")
+        row = job_row(page, dead)
+        expect(row.locator("td.field-task_name")).to_have_text("charge_card_with_3ds_fallback")
+        error = row.locator("td.field-last_error_line")
+        expect(error).to_have_text("ValueError: card declined by the acquirer")
+        # At 1,400 px the whole row fits: the results table needs no horizontal scrolling.
+        results = page.locator("#changelist .results")
+        overflow = results.evaluate("node => node.scrollWidth - node.clientWidth")
+        assert overflow <= 0, f"the job list is {overflow}px wider than its box"
+        box, frame = error.bounding_box(), results.bounding_box()
+        assert box is not None
+        assert frame is not None
+        assert box["x"] + box["width"] <= frame["x"] + frame["width"], (box, frame)
+        page.screenshot(path=str(shots["list"]), full_page=True)
+        page.locator("#dbqueue-throughput").screenshot(path=str(shots["chart"]))
+        expect(page.locator("#dbqueue-legend")).to_contain_text("Succeeded: 18")
+
+        row.locator("th.field-id a").click()
+        triage = page.locator("#dbqueue-triage")
+        expect(triage.locator("input[type=submit]")).to_have_count(1)
+        page.fill("#dbqueue-triage #id_extra_attempts", "3")
+        page.screenshot(path=str(shots["dead-job-page"]), full_page=True)
+        triage.locator("input[name=requeue_dead]").click()
+        expect(page.locator("ul.messagelist li.success")).to_have_text(
+            "Requeued with 3 more attempt(s): 1 job(s)."
+        )
+        expect(page.locator("div.field-state_badge div.readonly")).to_contain_text("ready")
+    for name, shot in shots.items():
+        print(f"screenshot ({name}): {shot}")
+
+    dead.refresh_from_db()
+    assert (dead.state, dead.attempts, dead.max_attempts) == (JobState.READY, 5, 8)
+    entry = LogEntry.objects.get(object_id=str(dead.pk))
+    assert (entry.user_id, entry.action_flag, entry.change_message) == (
+        operator.pk,
+        CHANGE,
+        "Requeued with 3 more attempt(s) (admin action)",
     )

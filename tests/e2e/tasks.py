@@ -64,6 +64,26 @@ def gated_with_heartbeat(context: JobContext, gate: str) -> None:
     finish(execution)
 
 
+@task(takes_context=True, lease=3)
+def stops_when_cancelled(context: JobContext) -> None:
+    """Record the attempt, wait (bounded) for a cancel request, and honour it."""
+    record(context)
+    if not context.cancel_requested.wait(GATE_TIMEOUT):
+        raise TimeoutError(f"no cancel request within {GATE_TIMEOUT}s")
+    context.raise_if_cancelled()
+
+
+@task(takes_context=True, lease=3)
+def ignores_cancel(context: JobContext, gate: str) -> str:
+    """Record the attempt, note whether a cancel was requested, and finish at the gate anyway."""
+    execution = record(context, gate)
+    wait_for_gate(gate)
+    execution.label = f"cancel_requested={context.cancel_requested.is_set()}"
+    execution.save(update_fields=["label"])
+    finish(execution)
+    return "finished anyway"
+
+
 @task(takes_context=True, max_attempts=3)
 def retried_once(context: JobContext, delay: float) -> None:
     """Record the attempt; the first one asks for a retry after ``delay`` seconds."""

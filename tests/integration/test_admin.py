@@ -20,8 +20,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import escape
-from pytest_django import DjangoAssertNumQueries
+from pytest_django import DjangoAssertNumQueries, Settings
 
+from django_dbqueue import admin as admin_module
 from django_dbqueue.errors import ErrorInfo, history_entry
 from django_dbqueue.models import Job, JobState
 from tests import tasks
@@ -99,6 +100,16 @@ def apply_requeue(client: Client, jobs: Iterable[Job], extra_attempts: str) -> R
     return client.post(CHANGELIST, payload)
 
 
+def confirmation_fields(page: Response) -> dict[str, list[str]]:
+    """The hidden fields of the requeue confirmation, as the browser re-posts them."""
+    html = page.content.decode()
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html):
+        if name != "csrfmiddlewaretoken":
+            fields.setdefault(name, []).append(value)
+    return fields
+
+
 def messages_of(response: Response) -> list[str]:
     return [str(message) for message in get_messages(response.wsgi_request)]
 
@@ -148,6 +159,15 @@ class TestListPage:
         assert '<td class="field-last_error_line">ValueError: card 4242 declined</td>' in html
         assert "Traceback (most recent call last)" not in html
 
+    def test_shows_the_tasks_short_name_with_the_full_path_on_hover(
+        self, admin_client: Client
+    ) -> None:
+        job(task="tests.tasks.flaky")
+        html = admin_client.get(CHANGELIST).content.decode()
+        assert (
+            '<td class="field-task_name"><span title="tests.tasks.flaky">flaky</span></td>' in html
+        )
+
     @pytest.mark.parametrize(
         ("query", "expected"),
         [
@@ -185,6 +205,15 @@ class TestListPage:
         }
         for term, expected in searches.items():
             assert listed(admin_client.get(CHANGELIST, {"q": term})) == {expected.pk}, term
+
+    @pytest.mark.parametrize("term", ["²", "١٢", "9" * 19, "9" * 40, " 12 ³"])
+    def test_search_for_a_term_that_is_no_job_id_lists_matches_without_error(
+        self, admin_client: Client, term: str
+    ) -> None:
+        job(dedupe_key=term.strip())
+        job()
+        response = admin_client.get(CHANGELIST, {"q": term})
+        assert len(listed(response)) == 1
 
     def test_subject_id_search_is_exact(self, admin_client: Client) -> None:
         order_type = ContentType.objects.get_for_model(Order)
@@ -334,11 +363,44 @@ class TestRequeueDead:
     def test_select_all_requeues_every_dead_job_the_page_listed(self, admin_client: Client) -> None:
         dead = [dead_job(), dead_job(), dead_job()]
         page = post_action(admin_client, "requeue_dead", dead[:1], select_across="1")
-        for each in dead:
-            assert f'name="_selected_action" value="{each.pk}"' in page.content.decode()
-        hidden_ids = re.findall(r'name="_selected_action" value="(\d+)"', page.content.decode())
-        apply_requeue(admin_client, [Job(pk=int(pk)) for pk in hidden_ids], extra_attempts="1")
+        fields = confirmation_fields(page)
+        assert fields["select_across"] == ["1"]
+        assert fields["_selected_action"] == [str(dead[0].pk)]
+        admin_client.post(CHANGELIST, {**fields, "extra_attempts": "1"})
         assert [state_of(each) for each in dead] == [JobState.READY] * 3
+
+    def test_select_all_past_the_upload_field_limit_requeues_the_filtered_jobs_in_batches(
+        self,
+        admin_client: Client,
+        settings: Settings,
+        monkeypatch: pytest.MonkeyPatch,
+        django_assert_max_num_queries: DjangoAssertNumQueries,
+    ) -> None:
+        settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 40
+        monkeypatch.setattr(admin_module, "ACTION_BATCH", 25)
+        mail = JobFactory.create_batch(120, dead=True, queue="mail")
+        other = JobFactory.create_batch(3, dead=True, queue="default")
+        listing = f"{CHANGELIST}?queue__exact=mail"
+        page = admin_client.post(
+            listing,
+            {
+                "action": "requeue_dead",
+                "_selected_action": [str(mail[0].pk)],
+                "index": "0",
+                "select_across": "1",
+            },
+        )
+        assert page.status_code == 200
+        fields = confirmation_fields(page)
+        with django_assert_max_num_queries(60):
+            done = admin_client.post(listing, {**fields, "extra_attempts": "2"})
+        assert done.status_code == 302
+        assert messages_of(done) == ["Requeued with 2 more attempt(s): 120 job(s)."]
+        assert {state_of(j) for j in mail} == {JobState.READY}
+        assert {state_of(j) for j in other} == {JobState.DEAD}
+        assert sum(len(values) for values in fields.values()) < 10
+        assert "120 dead job(s) will be ready again" in page.content.decode()
+        assert len(page.context["jobs"]) == 100
 
     def test_confirmation_shows_the_exception_line_of_a_long_traceback(
         self, admin_client: Client
@@ -397,6 +459,20 @@ class TestRequeueDead:
         ]
         assert_logged([dead], admin_user, CHANGE, "Requeued")
         assert_not_logged(j for name, j in mixed.items() if name != "dead")
+
+    def test_dead_jobs_sharing_a_dedupe_key_requeue_one_and_name_the_others(
+        self, admin_client: Client
+    ) -> None:
+        first, second = dead_job(dedupe_key="invoice:7"), dead_job(dedupe_key="invoice:7")
+        response = apply_requeue(admin_client, [first, second], extra_attempts="1")
+        assert response.status_code == 302
+        assert (state_of(first), state_of(second)) == (JobState.READY, JobState.DEAD)
+        assert messages_of(response) == [
+            "Requeued with 1 more attempt(s): 1 job(s). "
+            "Skipped 1 whose state did not allow it (or changed meanwhile).",
+            "Not requeued, because another job with the same task and dedupe key is "
+            f"active or was requeued first: {second.pk}.",
+        ]
 
     def test_invalid_extra_attempts_re_renders_the_page_and_changes_nothing(
         self, admin_client: Client, mixed: dict[str, Job]
@@ -467,6 +543,24 @@ class TestOtherActions:
         )
         assert_not_logged([mixed["ready"], mixed["later"], mixed["running"]])
 
+    def test_request_cancel_marks_only_running_jobs_and_the_list_shows_the_mark(
+        self, admin_client: Client, admin_user: User, mixed: dict[str, Job]
+    ) -> None:
+        response = post_action(admin_client, "request_cancel", mixed.values())
+        assert response.status_code == 302
+        marked = set(
+            Job.objects.filter(cancel_requested_at__isnull=False).values_list("pk", flat=True)
+        )
+        assert marked == {mixed["running"].pk}
+        assert state_of(mixed["running"]) == JobState.RUNNING
+        assert messages_of(response) == [
+            "Cancel requested: 1 job(s). "
+            "Skipped 4 whose state did not allow it (or changed meanwhile)."
+        ]
+        assert_logged([mixed["running"]], admin_user, CHANGE, "Cancel requested")
+        html = admin_client.get(CHANGELIST).content.decode()
+        assert html.count('class="dbqueue-cancel-requested"') == 1
+
     def test_an_action_that_changes_nothing_warns(
         self, admin_client: Client, mixed: dict[str, Job]
     ) -> None:
@@ -526,3 +620,172 @@ class TestPermissions:
         post_action(client, "cancel_ready", [ready])
         assert state_of(ready) == JobState.READY
         assert log_entries(ready) == []
+
+
+# --- deletion --------------------------------------------------------------------------------
+
+
+def delete_url(job: Job) -> str:
+    return reverse("admin:django_dbqueue_job_delete", args=[job.pk])
+
+
+class TestDeletion:
+    def test_site_wide_delete_selected_is_not_offered_and_deletes_nothing(
+        self, admin_client: Client, mixed: dict[str, Job]
+    ) -> None:
+        assert "delete_selected" not in action_names(admin_client)
+        post_action(admin_client, "delete_selected", mixed.values(), post="yes")
+        assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in mixed.values()}
+
+    @pytest.mark.parametrize("name", ["ready", "later", "running"])
+    def test_a_live_jobs_page_has_no_delete_and_its_delete_view_refuses(
+        self, admin_client: Client, mixed: dict[str, Job], name: str
+    ) -> None:
+        live = mixed[name]
+        assert delete_url(live) not in admin_client.get(change_url(live)).content.decode()
+        assert admin_client.get(delete_url(live)).status_code == 403
+        assert admin_client.post(delete_url(live), {"post": "yes"}).status_code == 403
+        assert state_of(live) == live.state
+
+    @pytest.mark.parametrize("name", ["dead", "succeeded"])
+    def test_a_finished_jobs_page_deletes_it_and_logs_it(
+        self, admin_client: Client, admin_user: User, mixed: dict[str, Job], name: str
+    ) -> None:
+        finished = mixed[name]
+        assert delete_url(finished) in admin_client.get(change_url(finished)).content.decode()
+        response = admin_client.post(delete_url(finished), {"post": "yes"})
+        assert response.status_code == 302
+        assert not Job.objects.filter(pk=finished.pk).exists()
+        assert_logged([finished], admin_user, DELETION, "")
+
+
+# --- the job's own page ----------------------------------------------------------------------
+
+
+def triage_url(job: Job) -> str:
+    return reverse("admin:django_dbqueue_job_triage", args=[job.pk])
+
+
+def page_buttons(client: Client, job: Job) -> list[str]:
+    """The triage actions the job's page offers, in order."""
+    response = client.get(change_url(job))
+    assert response.status_code == 200
+    return re.findall(
+        r'<input type="submit" value="[^"]*" class="default" name="(\w+)">',
+        response.content.decode(),
+    )
+
+
+class TestJobPageButtons:
+    def test_each_state_offers_the_actions_that_fit_it(
+        self, admin_client: Client, mixed: dict[str, Job]
+    ) -> None:
+        marked = job(running=True, cancel_requested_at=timezone.now())
+        assert {name: page_buttons(admin_client, j) for name, j in mixed.items()} == {
+            "dead": ["requeue_dead"],
+            "ready": ["cancel_ready"],
+            "later": ["cancel_ready", "run_now"],
+            "running": ["request_cancel"],
+            "succeeded": [],
+        }
+        assert page_buttons(admin_client, marked) == []
+
+    def test_requeue_on_the_page_grants_the_attempts_asked_and_is_logged(
+        self, admin_client: Client, admin_user: User
+    ) -> None:
+        dead = dead_job(attempts=2, max_attempts=2)
+        html = admin_client.get(change_url(dead)).content.decode()
+        assert re.search(r'<input type="number" name="extra_attempts" value="1"', html)
+        response = admin_client.post(
+            triage_url(dead), {"action": "requeue_dead", "apply": "1", "extra_attempts": "3"}
+        )
+        assert response.status_code == 302
+        assert response["Location"] == change_url(dead)
+        requeued = Job.objects.get(pk=dead.pk)
+        assert (requeued.state, requeued.max_attempts) == (JobState.READY, 5)
+        assert messages_of(response) == ["Requeued with 3 more attempt(s): 1 job(s)."]
+        assert_logged([dead], admin_user, CHANGE, "Requeued with 3 more attempt(s)")
+
+    @pytest.mark.parametrize(
+        ("name", "action", "verb"),
+        [
+            ("ready", "cancel_ready", "Cancelled"),
+            ("later", "run_now", "Made due now"),
+            ("running", "request_cancel", "Cancel requested"),
+        ],
+    )
+    def test_the_other_buttons_run_their_action_on_this_job_only(
+        self,
+        admin_client: Client,
+        admin_user: User,
+        mixed: dict[str, Job],
+        name: str,
+        action: str,
+        verb: str,
+    ) -> None:
+        before = {n: (j.state, j.run_at, j.cancel_requested_at) for n, j in mixed.items()}
+        response = admin_client.post(triage_url(mixed[name]), {"action": action})
+        assert response.status_code == 302
+        after = {
+            n: (j.state, j.run_at, j.cancel_requested_at)
+            for n, j in ((n, Job.objects.get(pk=j.pk)) for n, j in mixed.items())
+        }
+        assert {n for n in mixed if after[n] != before[n]} == {name}
+        assert messages_of(response) == [f"{verb}: 1 job(s)."]
+        assert_logged([mixed[name]], admin_user, CHANGE, verb)
+
+    def test_a_button_for_a_state_the_job_left_changes_nothing_and_warns(
+        self, admin_client: Client, mixed: dict[str, Job]
+    ) -> None:
+        response = admin_client.post(
+            triage_url(mixed["ready"]),
+            {"action": "requeue_dead", "apply": "1", "extra_attempts": "1"},
+        )
+        assert response.status_code == 302
+        assert state_of(mixed["ready"]) == JobState.READY
+        assert messages_of(response) == [
+            "Requeued with 1 more attempt(s): 0 job(s). "
+            "Skipped 1 whose state did not allow it (or changed meanwhile)."
+        ]
+
+    def test_view_only_staff_see_no_buttons_and_cannot_post_them(
+        self, client: Client, django_user_model: type[User], mixed: dict[str, Job]
+    ) -> None:
+        client.force_login(staff_user(django_user_model, "viewer", "view_job"))
+        for each in mixed.values():
+            assert page_buttons(client, each) == []
+            assert 'id="dbqueue-triage"' not in client.get(change_url(each)).content.decode()
+        for name, action in [
+            ("ready", "cancel_ready"),
+            ("running", "request_cancel"),
+            ("later", "run_now"),
+        ]:
+            assert client.post(triage_url(mixed[name]), {"action": action}).status_code == 403
+        dead = mixed["dead"]
+        refused = client.post(
+            triage_url(dead), {"action": "requeue_dead", "apply": "1", "extra_attempts": "1"}
+        )
+        assert refused.status_code == 403
+        assert {state_of(j) for j in mixed.values()} == {j.state for j in mixed.values()}
+        assert not Job.objects.filter(cancel_requested_at__isnull=False).exists()
+        assert_not_logged(mixed.values())
+
+    def test_requeue_needs_the_requeue_permission_on_the_page_too(
+        self, client: Client, django_user_model: type[User]
+    ) -> None:
+        client.force_login(staff_user(django_user_model, "operator", "view_job", "change_job"))
+        dead, ready = dead_job(), job()
+        assert page_buttons(client, dead) == []
+        assert page_buttons(client, ready) == ["cancel_ready"]
+        refused = client.post(
+            triage_url(dead), {"action": "requeue_dead", "apply": "1", "extra_attempts": "1"}
+        )
+        assert refused.status_code == 403
+        assert state_of(dead) == JobState.DEAD
+
+    def test_only_post_and_only_page_actions(self, admin_client: Client) -> None:
+        finished = job(succeeded=True)
+        assert admin_client.get(triage_url(finished)).status_code == 405
+        response = admin_client.post(triage_url(finished), {"action": "delete_finished"})
+        assert response.status_code == 403
+        assert Job.objects.filter(pk=finished.pk).exists()

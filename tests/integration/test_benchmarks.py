@@ -60,6 +60,9 @@ BENCHMARKS = {
     "drain_backlog",
     "rss_before",
     "rss_after",
+    "admin_list_20k",
+    "admin_dead_filtered_20k",
+    "admin_health_20k",
 }
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.e2e]

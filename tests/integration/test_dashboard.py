@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from html import unescape
 from html.parser import HTMLParser
 from itertools import pairwise
 from typing import Any
@@ -282,3 +284,67 @@ class TestChartBars:
     def test_nothing_finished_means_no_bars(self) -> None:
         finished(NOON - timedelta(hours=2))
         assert dashboard.chart_bars(NOON) == ([], 0)
+
+
+# --- look: links, axes, legend ---------------------------------------------------------------
+
+
+class TestLinksAxesAndLegend:
+    def test_each_count_links_to_the_list_filtered_by_its_state_and_queue(
+        self, admin_client: Client
+    ) -> None:
+        mail_dead = [job(queue="mail", dead=True) for _ in range(2)]
+        job(queue="default", dead=True)
+        job(queue="mail")
+        html = admin_client.get(CHANGELIST).content.decode()
+        row = re.search(r'<tr class="dbqueue-queue">\s*<td><a[^>]*>mail</a>.*?</tr>', html, re.S)
+        assert row is not None
+        links = re.findall(r'<a href="([^"]+)"[^>]*>(\d+)</a>', row.group())
+        base = CHANGELIST
+        assert [href for href, _ in links] == [
+            f"{base}?state__exact=ready&amp;queue__exact=mail",
+            f"{base}?state__exact=ready&amp;queue__exact=mail",
+            f"{base}?state__exact=running&amp;queue__exact=mail",
+            f"{base}?state__exact=running&amp;queue__exact=mail",
+            f"{base}?state__exact=dead&amp;queue__exact=mail",
+            f"{base}?state__exact=succeeded&amp;queue__exact=mail",
+        ]
+        dead_href = unescape(links[4][0])
+        listed = admin_client.get(dead_href).context["cl"].result_list
+        assert {j.pk for j in listed} == {j.pk for j in mail_dead}
+
+    def test_the_chart_has_a_count_axis_a_time_axis_and_a_legend_with_totals(
+        self, admin_client: Client
+    ) -> None:
+        now = timezone.now()
+        JobFactory.create_batch(4, succeeded=True, finished_at=now - timedelta(minutes=5))
+        job(dead=True, finished_at=now - timedelta(minutes=5))
+        job(dead=True, finished_at=now - timedelta(minutes=20))
+        html = admin_client.get(CHANGELIST).content.decode()
+        count_axis = re.search(r'<g class="dbqueue-axis-count">(.*?)</g>', html, re.S)
+        time_axis = re.search(r'<g class="dbqueue-axis-time"[^>]*>(.*?)</g>', html, re.S)
+        assert count_axis is not None
+        assert time_axis is not None
+        assert re.findall(r"<text[^>]*>([^<]+)</text>", count_axis.group(1)) == ["0", "2.5", "5"]
+        labels = re.findall(r"<text[^>]*>([^<]+)</text>", time_axis.group(1))
+        assert len(labels) == 4
+        assert all(re.fullmatch(r"\d\d:(00|15|30|45)", label) for label in labels), labels
+        legend = re.search(r'<p id="dbqueue-legend">(.*?)</p>', html, re.S)
+        assert legend is not None
+        assert re.sub(r"<[^>]+>|&#9632;|&middot;", "", legend.group(1)).split() == [
+            "Succeeded:",
+            "4",
+            "Dead:",
+            "2",
+            "Cancelled:",
+            "0",
+        ]
+
+    def test_time_ticks_fall_on_quarter_hours_inside_the_chart(self) -> None:
+        ticks = dashboard.time_ticks(NOON)
+        assert [tick.label for tick in ticks] == ["11:15", "11:30", "11:45", "12:00"]
+        assert all(0 <= tick.position < dashboard.CHART_WIDTH for tick in ticks)
+        assert list(pairwise(tick.position for tick in ticks)) == [
+            (a, a + 15 * dashboard.CHART_WIDTH / dashboard.CHART_MINUTES)
+            for a in [tick.position for tick in ticks][:-1]
+        ]

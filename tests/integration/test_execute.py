@@ -18,6 +18,7 @@ from django_dbqueue import JobContext, leases, signals
 from django_dbqueue.durations import MAX_DELAY
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
+    CANCELLED,
     HISTORY_LIMIT,
     LAST_ERROR_LIMIT,
     LEASE_EXPIRED,
@@ -663,6 +664,32 @@ class TestOutcomeLog:
         execute(lease_a)
         (line,) = outcome_lines(caplog)
         assert (line["id"], line["attempt"], line["outcome"]) == (str(job.pk), "1/5", "lease_lost")
+
+
+@pytest.mark.django_db
+class TestCooperativeCancel:
+    def test_a_task_that_honours_a_cancel_request_ends_cancelled_with_its_history(self) -> None:
+        job = execute_tasks.stops_when_cancelled.enqueue()
+        execute_tasks.HOOKS.append(lambda context: leases.request_cancel([context.job_id], "ops"))
+        assert execute(claim(job)) is Outcome.CANCELLED
+        stored = row(job.pk)
+        assert execute_tasks.SEEN == [{"cancel_requested": True}]
+        assert (stored["state"], stored["worker_id"], stored["lease_until"]) == (
+            JobState.CANCELLED,
+            None,
+            None,
+        )
+        assert stored["finished_at"] is not None
+        assert stored["last_error_code"] == CANCELLED
+        assert [(e["attempt"], e["code"], e["worker"]) for e in stored["errors"]] == [
+            (1, CANCELLED, "worker-a")
+        ]
+
+    def test_without_a_request_the_same_task_succeeds(self) -> None:
+        job = execute_tasks.stops_when_cancelled.enqueue()
+        assert execute(claim(job)) is Outcome.SUCCEEDED
+        assert row(job.pk)["state"] == JobState.SUCCEEDED
+        assert execute_tasks.SEEN == [{"cancel_requested": False}]
 
 
 @pytest.mark.django_db

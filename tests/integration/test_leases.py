@@ -11,10 +11,11 @@ from typing import TypeVar
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django import Settings
 
-from django_dbqueue import leases
+from django_dbqueue import leases, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
 from django_dbqueue.models import Job, JobState
 from tests import tasks
@@ -489,6 +490,26 @@ class TestOperatorTransitions:
         assert leases.requeue([dead.pk], 1, actor="alice") == []
         assert Job.objects.get(pk=dead.pk).state == JobState.DEAD
 
+    def test_requeue_revives_one_of_several_dead_jobs_sharing_a_dedupe_key(self) -> None:
+        first, second, third = (JobFactory(dead=True, dedupe_key="k") for _ in range(3))
+        other_task = JobFactory(dead=True, dedupe_key="k", task="tests.tasks.flaky")
+        plain = JobFactory(dead=True)
+        selected = [third.pk, second.pk, first.pk, other_task.pk, plain.pk]
+        result = leases.requeue_report(selected, 1, actor="alice")
+        assert result == leases.RequeueResult(
+            requeued=sorted([first.pk, other_task.pk, plain.pk]),
+            duplicates=sorted([second.pk, third.pk]),
+        )
+        states = dict(Job.objects.values_list("pk", "state"))
+        assert [states[j.pk] for j in (first, second, third)] == ["ready", "dead", "dead"]
+
+    def test_requeue_reports_dead_jobs_whose_dedupe_key_an_active_job_holds(self) -> None:
+        dead = JobFactory(dead=True, dedupe_key="k")
+        JobFactory(running=True, dedupe_key="k")
+        assert leases.requeue_report([dead.pk], 1, actor="alice") == leases.RequeueResult(
+            requeued=[], duplicates=[dead.pk]
+        )
+
     def test_requeue_needs_at_least_one_extra_attempt(self) -> None:
         with pytest.raises(ValueError, match="extra_attempts"):
             leases.requeue([1], 0, actor="alice")
@@ -505,6 +526,105 @@ class TestOperatorTransitions:
             dead.pk: JobState.DEAD,
         }
         assert Job.objects.get(pk=ready.pk).finished_at is not None
+
+
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+def test_requeue_skips_a_dedupe_key_a_concurrent_requeue_takes_meanwhile() -> None:
+    elsewhere, here = (JobFactory(dead=True, dedupe_key="k") for _ in range(2))
+    requeued, release = threading.Event(), threading.Event()
+
+    def requeue_and_hold() -> None:
+        with transaction.atomic():
+            assert leases.requeue([elsewhere.pk], 1, actor="bob") == [elsewhere.pk]
+            requeued.set()
+            release.wait(WAIT)
+
+    holder = run_in_thread(requeue_and_hold)
+    assert requeued.wait(WAIT)
+    results: list[leases.RequeueResult] = []
+    racer = run_in_thread(lambda: results.append(leases.requeue_report([here.pk], 1, "alice")))
+    racer.join(0.5)  # it waits on the index entry of the uncommitted requeue
+    release.set()
+    holder.join(WAIT)
+    racer.join(WAIT)
+    assert not racer.is_alive()
+    assert results == [leases.RequeueResult(requeued=[], duplicates=[here.pk])]
+    assert dict(Job.objects.values_list("pk", "state")) == {
+        elsewhere.pk: JobState.READY,
+        here.pk: JobState.DEAD,
+    }
+
+
+@pytest.mark.django_db
+class TestCancelRequests:
+    def test_request_cancel_marks_only_running_jobs(self) -> None:
+        running = JobFactory(running=True)
+        others = [JobFactory(), JobFactory(dead=True), JobFactory(succeeded=True)]
+        assert leases.request_cancel([running.pk, *(j.pk for j in others)], "ops") == [running.pk]
+        marks = dict(Job.objects.values_list("pk", "cancel_requested_at"))
+        assert marks[running.pk] is not None
+        assert [marks[j.pk] for j in others] == [None, None, None]
+        assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+
+    def test_a_second_request_keeps_the_first_requests_time(self) -> None:
+        running = JobFactory(running=True)
+        leases.request_cancel([running.pk], "ops")
+        first = Job.objects.get(pk=running.pk).cancel_requested_at
+        assert leases.request_cancel([running.pk], "ops") == [running.pk]
+        assert Job.objects.get(pk=running.pk).cancel_requested_at == first
+
+    def test_renew_reports_the_mark_of_owned_jobs_in_the_same_statement(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        marked, unmarked = leases.claim(None, "w1", 2)
+        leases.request_cancel([marked.job_id], "ops")
+        with CaptureQueriesContext(connection) as queries:
+            renewal = leases.renew_all([marked, unmarked])
+        # Nothing beyond the renew block (one statement; three on MySQL, which lacks RETURNING).
+        renew_block = sql.statements(connection.vendor)["renew"].split(sql.STATEMENT_END)
+        assert len([q for q in queries if "dbqueue_job" in q["sql"]]) == len(renew_block)
+        assert renewal == leases.Renewal(
+            owned={marked.job_id, unmarked.job_id},
+            settled={},
+            lost=set(),
+            cancel_requested={marked.job_id},
+        )
+        assert leases.renew([marked, unmarked]) == {marked.job_id, unmarked.job_id}
+
+    def test_a_stale_attempt_cannot_cancel_the_newer_attempt(self) -> None:
+        tasks.noop.enqueue()
+        stale = claim_one("w1")
+        leases.request_cancel([stale.job_id], "ops")
+        expire(stale.job_id)
+        assert leases.reap().retried == [stale.job_id]
+        Job.objects.filter(pk=stale.job_id).update(run_at=timezone.now())
+        newer = claim_one("w2")
+        assert leases.cancel_running(stale) is False
+        job = Job.objects.get(pk=stale.job_id)
+        assert (job.state, job.worker_id, job.lease_token) == (
+            JobState.RUNNING,
+            "w2",
+            newer.lease_token,
+        )
+        assert leases.cancel_running(newer) is True
+        assert Job.objects.get(pk=stale.job_id).state == JobState.CANCELLED
+
+    def test_a_cancel_request_after_the_job_finished_changes_nothing(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one("w1")
+        assert leases.complete(lease, None)
+        assert leases.request_cancel([lease.job_id], "ops") == []
+        assert leases.cancel_running(lease) is False
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.cancel_requested_at) == (JobState.SUCCEEDED, None)
+
+    def test_requeue_clears_the_cancel_mark(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one("w1")
+        leases.request_cancel([lease.job_id], "ops")
+        assert leases.fail(lease, ErrorInfo("X", "boom"), None)
+        assert leases.requeue([lease.job_id], 1, "ops") == [lease.job_id]
+        assert Job.objects.get(pk=lease.job_id).cancel_requested_at is None
 
 
 @pytest.mark.django_db

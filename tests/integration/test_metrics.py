@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from pytest_django.fixtures import Settings
 import django_dbqueue
 from django_dbqueue import metrics
 from django_dbqueue.metrics import WorkerCollector, prometheus_buckets, serve, worker_registry
+from django_dbqueue.stats import QueueStats
 from django_dbqueue.worker.stats import Histogram, WorkerStats
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import tasks
@@ -45,6 +46,7 @@ WORKER_COUNTERS = [
     "dbqueue_worker_jobs_succeeded_total",
     "dbqueue_worker_jobs_retried_total",
     "dbqueue_worker_jobs_dead_total",
+    "dbqueue_worker_jobs_cancelled_total",
     "dbqueue_worker_lost_lease_writes_total",
     "dbqueue_worker_renew_failures_total",
     "dbqueue_worker_unrecorded_total",
@@ -99,6 +101,14 @@ def refused(port: int) -> bool:
     except ConnectionRefusedError:
         return True
     return False
+
+
+@pytest.fixture(autouse=True)
+def _fresh_view_cache() -> Iterator[None]:
+    """Each test reads the queue gauges afresh: the view's cache outlives a test."""
+    metrics.VIEW_COLLECTOR.stats.clear()
+    yield
+    metrics.VIEW_COLLECTOR.stats.clear()
 
 
 @pytest.mark.urls("tests.metrics_urls")
@@ -161,6 +171,15 @@ class TestQueueMetricsView:
             response = client.get("/metrics")
         assert response.status_code == 200
 
+    def test_a_flood_of_scrapes_within_the_interval_makes_one_query(
+        self, client: Client, django_assert_num_queries: DjangoAssertNumQueries
+    ) -> None:
+        JobFactory(queue="mail", dead=True)
+        with django_assert_num_queries(1):
+            pages = [client.get("/metrics").content for _ in range(50)]
+        assert len(set(pages)) == 1
+        assert value(parse(pages[0].decode())[1], "dbqueue_queue_dead_jobs", queue="mail") == 1
+
     def test_only_get_is_allowed(self, client: Client) -> None:
         assert client.post("/metrics").status_code == 405
 
@@ -203,6 +222,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
         "dbqueue_worker_jobs_succeeded_total": 2,
         "dbqueue_worker_jobs_retried_total": 1,
         "dbqueue_worker_jobs_dead_total": 1,
+        "dbqueue_worker_jobs_cancelled_total": 0,
         "dbqueue_worker_lost_lease_writes_total": 0,
         "dbqueue_worker_renew_failures_total": 0,
         "dbqueue_worker_unrecorded_total": 0,
@@ -291,7 +311,9 @@ class TestMetricsServer:
                 done = samples.get(
                     ("dbqueue_worker_jobs_succeeded_total", (("worker_id", "w-live"),))
                 )
-                return samples if done == 3 else None
+                # The queue gauges are read at most every QUEUE_STATS_TTL: wait for that too.
+                gauge = samples.get(("dbqueue_queue_succeeded_last_hour", (("queue", "default"),)))
+                return samples if done == 3 and gauge == 3 else None
 
             samples = poll(scraped_after_three_jobs, 30, "three succeeded jobs in /metrics")
         finally:
@@ -326,3 +348,80 @@ class TestRunworkersMetricsOptions:
             port = taken.getsockname()[1]
             with pytest.raises(CommandError, match=f"Cannot serve metrics on 127.0.0.1:{port}"):
                 call_command("runworkers", "--burst", "--metrics-port", str(port))
+
+
+class TestCachedStats:
+    def test_reads_once_per_interval_then_again(self) -> None:
+        now = [100.0]
+        reads: list[float] = []
+
+        def read() -> dict[str, QueueStats]:
+            reads.append(now[0])
+            return {"q": QueueStats(len(reads), 0, 0, 0, 0, 0, None)}
+
+        cached = metrics.CachedStats(read, ttl=5, clock=lambda: now[0])
+        assert cached.get() == cached.get() == read_value(1)
+        now[0] += 4.9
+        assert cached.get() == read_value(1)
+        now[0] += 0.1
+        assert cached.get() == read_value(2)
+        assert reads == [100.0, 105.0]
+
+    def test_concurrent_callers_wait_for_the_one_read(self) -> None:
+        started, release = threading.Event(), threading.Event()
+        reads: list[int] = []
+
+        def slow_read() -> dict[str, QueueStats]:
+            reads.append(1)
+            started.set()
+            release.wait(30)
+            return read_value(1)
+
+        cached = metrics.CachedStats(slow_read, ttl=60)
+        results: list[object] = []
+        callers = [threading.Thread(target=lambda: results.append(cached.get())) for _ in range(20)]
+        for caller in callers:
+            caller.start()
+        assert started.wait(30)
+        release.set()
+        for caller in callers:
+            caller.join(30)
+        assert reads == [1]
+        assert results == [read_value(1)] * 20
+
+
+def read_value(ready: int) -> dict[str, QueueStats]:
+    return {"q": QueueStats(ready, 0, 0, 0, 0, 0, None)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_metrics_port_serves_a_flood_from_one_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+    real = metrics.queue_stats
+
+    def counted() -> dict[str, QueueStats]:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(metrics, "queue_stats", counted)
+    JobFactory(queue="mail", dead=True)
+    server = serve("w-flood", WorkerStats(), "127.0.0.1", 0)
+    try:
+        bodies: list[str] = []
+        scrapers = [
+            threading.Thread(target=lambda: bodies.append(fetch(server.address[1])))
+            for _ in range(10)
+        ]
+        for scraper in scrapers:
+            scraper.start()
+        for scraper in scrapers:
+            scraper.join(30)
+    finally:
+        server.close()
+    assert len(bodies) == 10
+    assert reads == [1]
+    assert all(
+        value(parse(body)[1], "dbqueue_queue_dead_jobs", queue="mail") == 1 for body in bodies
+    )

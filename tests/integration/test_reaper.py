@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
+from django.db.models.signals import pre_delete
 from django.utils import timezone
 from pytest_django import Settings
 
 from django_dbqueue import reaper
-from django_dbqueue.models import Job
+from django_dbqueue.models import Job, JobState
 from tests.factories import JobFactory
+from tests.integration.test_leases import finishes_without_waiting, row_locked_elsewhere
 
 
 def finished_ago(age: timedelta, **traits: bool) -> Job:
@@ -61,3 +65,66 @@ class TestPurge:
             finished_ago(timedelta(days=2), succeeded=True)
         assert reaper.purge(batch_size=2) == 5
         assert Job.objects.count() == 0
+
+
+@contextmanager
+def requeued_on_pre_delete() -> Iterator[list[int]]:
+    """Connect a ``pre_delete`` receiver that requeues the job being deleted.
+
+    It stands in for an operator's requeue landing between a collect-then-delete's
+    SELECT and its DELETE; yields the ids it requeued.
+    """
+    requeued: list[int] = []
+
+    def requeue_it(sender: type[Job], instance: Job, **kwargs: object) -> None:
+        Job.objects.filter(pk=instance.pk).update(state=JobState.READY, finished_at=None)
+        requeued.append(instance.pk)
+
+    pre_delete.connect(requeue_it, sender=Job, dispatch_uid="test-requeue-on-delete")
+    try:
+        yield requeued
+    finally:
+        pre_delete.disconnect(sender=Job, dispatch_uid="test-requeue-on-delete")
+
+
+@pytest.mark.django_db
+class TestDeleteOnlyTerminalJobs:
+    def test_purge_never_deletes_a_job_requeued_after_it_was_selected(self) -> None:
+        old = finished_ago(timedelta(days=2), succeeded=True)
+        with requeued_on_pre_delete() as requeued:
+            purged = reaper.purge()
+        ready_now = set(Job.objects.filter(state=JobState.READY).values_list("pk", flat=True))
+        assert ready_now == set(requeued)
+        assert purged == 1 - len(requeued)
+        assert not Job.objects.filter(pk=old.pk, state=JobState.SUCCEEDED).exists()
+
+    def test_delete_finished_never_deletes_a_job_requeued_after_it_was_selected(self) -> None:
+        dead = JobFactory(dead=True)
+        ready = JobFactory()
+        with requeued_on_pre_delete() as requeued:
+            deleted = reaper.delete_finished([dead.pk, ready.pk])
+        ready_now = set(Job.objects.filter(state=JobState.READY).values_list("pk", flat=True))
+        assert ready_now == {ready.pk, *requeued}
+        assert deleted == [dead.pk]
+        assert not Job.objects.filter(pk=dead.pk, state=JobState.DEAD).exists()
+
+    def test_purge_and_delete_finished_keep_live_jobs(self, settings: Settings) -> None:
+        settings.DBQUEUE = {
+            "SUCCEEDED_RETENTION": timedelta(seconds=1),
+            "DEAD_RETENTION": timedelta(seconds=1),
+        }
+        live = [JobFactory(), JobFactory(running=True)]
+        old = [finished_ago(timedelta(days=2), **{state: True}) for state in ("dead", "cancelled")]
+        assert reaper.delete_finished(j.pk for j in [*live, old[0]]) == [old[0].pk]
+        assert reaper.purge() == 1
+        assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in live}
+
+
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+def test_purge_skips_rows_another_transaction_holds() -> None:
+    held = finished_ago(timedelta(days=2), succeeded=True)
+    finished_ago(timedelta(days=2), succeeded=True)
+    with row_locked_elsewhere(held.pk):
+        assert finishes_without_waiting(reaper.purge) == 1
+    assert list(Job.objects.values_list("pk", flat=True)) == [held.pk]

@@ -81,6 +81,7 @@ def test_snapshot_still_returns_exactly_the_counters() -> None:
         "succeeded": 0,
         "retried": 0,
         "dead": 0,
+        "cancelled": 0,
         "lost_lease_writes": 0,
         "unrecorded": 0,
         "renew_failures": 1,

@@ -1,0 +1,45 @@
+"""``manage.py dbqueue_cancel``: cancel the selected ready jobs and ask running ones to stop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_dbqueue import leases, triage
+from django_dbqueue.management.selectors import add_selectors, selector_from
+
+ACTOR = "dbqueue_cancel command"
+
+
+class Command(BaseCommand):
+    help = (
+        "Cancel ready jobs at once and ask running jobs to stop (cooperative: their task "
+        "sees context.cancel_requested). Select them with --ids, --task, --queue, "
+        "--error-code and --since (enqueued since). Finished jobs are left alone."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_selectors(parser, since="jobs enqueued at or after this")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count the jobs selected; change nothing."
+        )
+
+    def handle(self, *args: Any, dry_run: bool, **options: Any) -> None:
+        jobs = selector_from(options).jobs(since_field="created_at")
+        if dry_run:
+            self.stdout.write(
+                f"would cancel {jobs.ready().count()} ready job(s) and ask "
+                f"{jobs.running().count()} running job(s) to stop"
+            )
+            return
+        cancelled = sum(
+            len(leases.cancel(ids)) for ids in triage.id_batches(jobs.ready(), triage.BATCH)
+        )
+        asked = sum(
+            len(leases.request_cancel(ids, actor=ACTOR))
+            for ids in triage.id_batches(jobs.running(), triage.BATCH)
+        )
+        self.stdout.write(
+            f"cancelled {cancelled} ready job(s); asked {asked} running job(s) to stop"
+        )
