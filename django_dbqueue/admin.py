@@ -173,9 +173,13 @@ class JobAdmin(ModelAdmin):
         allowed = super().has_delete_permission(request, obj)
         return allowed and (obj is None or obj.state in TERMINAL_STATES)
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        """The job actions, without the site-wide ``delete_selected`` (it ignores state)."""
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        """The job actions, without the site-wide ``delete_selected`` (it ignores state).
+
+        ``action_location`` is Django 6.1's (list or change page); older Django passes none.
+        """
+        located = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **located)
         actions.pop("delete_selected", None)
         return actions
 
@@ -249,7 +253,9 @@ class JobAdmin(ModelAdmin):
         allowed = self.get_actions(request)
         if name not in PAGE_LABELS or name not in allowed:
             raise PermissionDenied(f"You may not run {name!r} on jobs.")
-        action = allowed[name][0]
+        # Django 6.1 describes an action with an Action (``func``), older Django with a tuple.
+        entry = allowed[name]
+        action = entry.func if hasattr(entry, "func") else entry[0]
         response = action(self, request, self.get_queryset(request).filter(pk=job.pk))
         change_page = reverse("admin:django_dbqueue_job_change", args=[job.pk])
         return response or HttpResponseRedirect(change_page)

@@ -88,7 +88,7 @@ class TriageValuesFilter(admin.SimpleListFilter):
             jobs.filter(state=state).order_by().values_list(self.field, flat=True).distinct()
             for state in self.states
         ]
-        values = set(per_state[0].union(*per_state[1:])) - {""}
+        values = set(per_state[0].union(*per_state[1:]).order_by()) - {""}
         if self.value():
             values.add(str(self.value()))
         return [(value, value) for value in sorted(values)]

@@ -70,7 +70,8 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
         ),
     ]
     merged: dict[str, dict[str, Any]] = {}
-    for row in branches[0].union(*branches[1:], all=True):
+    # order_by(): no model ordering on the union (Django 6.1 would order by a column it lacks).
+    for row in branches[0].union(*branches[1:], all=True).order_by():
         counts = merged.setdefault(row["queue"], dict.fromkeys(COUNTED, 0))
         for name in COUNTED:
             counts[name] += row[name]
