@@ -29,13 +29,12 @@ from django.db import transaction
 from django_dbqueue import conf, runnable, signals
 from django_dbqueue.enqueue import JobSpec, check_queue, encode_call, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
-from django_dbqueue.exceptions import InvalidJob, LeaseLost
+from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff, retry_problem
 from django_dbqueue.tasks import (
     INT_MAX,
     EnqueueOptions,
-    TaskNotFound,
     binding_problem,
     import_task,
     is_queue_name,

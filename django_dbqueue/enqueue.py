@@ -15,12 +15,11 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 
 from django_dbqueue import conf, durations, jsontext, sql, wakeups
-from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob
+from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob, TaskNotFound
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.tasks import (
     EnqueueOptions,
     Task,
-    TaskNotFound,
     binding_problem,
     check_int,
     check_queue_name,

@@ -24,8 +24,8 @@ from django.utils import timezone
 
 from django_dbqueue import conf, jsontext, runnable, sql
 from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
+from django_dbqueue.exceptions import ResultNotSerializable, TaskNotFound
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.tasks import TaskNotFound
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,6 @@ class ReapResult:
 
     retried: list[int]
     dead: list[int]
-
-
-class ResultNotSerializable(ValueError):
-    """``complete()`` was given a result that is not JSON; nothing was written."""
 
 
 def queue_connection() -> BaseDatabaseWrapper:

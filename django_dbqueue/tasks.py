@@ -28,7 +28,7 @@ from django.db.models import Model
 from django.utils.module_loading import import_string
 
 from django_dbqueue import conf, runnable
-from django_dbqueue.exceptions import InvalidJob
+from django_dbqueue.exceptions import InvalidJob, TaskNotFound
 from django_dbqueue.retry import Backoff
 
 if TYPE_CHECKING:
@@ -354,10 +354,6 @@ def binding_problem(
 def _names(names: list[str]) -> str:
     quoted = ", ".join(repr(name) for name in names)
     return f"argument{'s' if len(names) > 1 else ''} {quoted}"
-
-
-class TaskNotFound(LookupError):
-    """No django_dbqueue task can be loaded from a job's import path."""
 
 
 def load_task(path: str) -> Task[..., Any]:

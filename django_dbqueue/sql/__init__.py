@@ -32,6 +32,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from django_dbqueue.exceptions import UnsupportedDatabase
 from django_dbqueue.sql import prepared
 
 SQL_DIR = Path(__file__).parent
@@ -44,10 +45,6 @@ STATEMENT_END = ";\n"
 #: locked past the connection's busy timeout, and the first pause between tries.
 SQLITE_BEGIN_TRIES = 5
 SQLITE_BEGIN_BACKOFF = 0.05
-
-
-class UnsupportedDatabase(LookupError):
-    """The connection's vendor has no statement file."""
 
 
 def parse(text: str) -> dict[str, str]:

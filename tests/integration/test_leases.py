@@ -17,6 +17,7 @@ from pytest_django import Settings
 
 from django_dbqueue import leases, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
+from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
 from tests import tasks
 from tests.factories import JobFactory
@@ -352,7 +353,7 @@ class TestTransitions:
     def test_complete_refuses_a_result_that_is_not_json(self) -> None:
         tasks.noop.enqueue()
         lease = claim_one()
-        with pytest.raises(leases.ResultNotSerializable):
+        with pytest.raises(ResultNotSerializable):
             leases.complete(lease, {1, 2})
         assert Job.objects.get(pk=lease.job_id).state == JobState.RUNNING
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from django_dbqueue import InvalidJob, task
+from django_dbqueue.exceptions import TaskNotFound
 from django_dbqueue.retry import Backoff
-from django_dbqueue.tasks import Task, TaskNotFound, binding_problem, load_task
+from django_dbqueue.tasks import Task, binding_problem, load_task
 from tests import tasks
 
 
