@@ -27,17 +27,21 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from django_dbqueue import conf, runnable, signals
-from django_dbqueue.enqueue import JobSpec, check_queue, encode_call, insert, schedule
+from django_dbqueue.enqueue import JobSpec, encode_call, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff, retry_problem
-from django_dbqueue.tasks import (
-    INT_MAX,
-    EnqueueOptions,
-    binding_problem,
+from django_dbqueue.tasks import EnqueueOptions
+from django_dbqueue.validation import (
+    check_binds,
+    check_importable,
+    check_queue,
     import_task,
+    is_column_seconds,
     is_queue_name,
+    is_whole,
+    unclaimed,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +137,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
         """
         super().validate_task(task)
         try:
-            check_queue(task.queue_name, conf.get())
+            check_queue(task.queue_name, conf.get().queues)
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from exc
 
@@ -150,8 +154,12 @@ class DatabaseQueueBackend(BaseTaskBackend):
         once the transaction commits (at once outside a transaction).
         """
         self.validate_task(task)
-        check_importable(task)
-        check_arguments(task, args, kwargs)
+        try:
+            check_importable(task.module_path, Task, lambda found: found.func is task.func)
+        except InvalidJob as exc:
+            raise InvalidTask(str(exc)) from exc
+        leading = 1 if task.takes_context else 0  # the context comes first
+        check_binds(task.module_path, inspect.signature(task.func), args, kwargs, leading=leading)
         run_at, _ = schedule(EnqueueOptions(run_at=task.run_after))
         spec = JobSpec(
             task=task.module_path,
@@ -268,14 +276,14 @@ class DatabaseQueueBackend(BaseTaskBackend):
                 )
             )
         max_attempts = self.options.get("MAX_ATTEMPTS", 1)
-        if not (is_whole(max_attempts) and 1 <= max_attempts <= INT_MAX):
+        if not is_whole(max_attempts, 1):
             messages.append(
                 option_error(
                     f"{where}['MAX_ATTEMPTS'] is {max_attempts!r}; use a whole number >= 1."
                 )
             )
         lease = self.options.get("LEASE_SECONDS", 1)
-        if not (is_number(lease) and 0 < lease <= INT_MAX):
+        if not is_column_seconds(lease):
             messages.append(
                 option_error(f"{where}['LEASE_SECONDS'] is {lease!r}; use a number of seconds > 0.")
             )
@@ -296,7 +304,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
                 id="dbqueue.E104",
             )
             for queue in sorted(self.queues, key=str)
-            if not is_queue_name(queue) or (allowed is not None and queue not in allowed)
+            if not is_queue_name(queue) or unclaimed(queue, allowed)
         ]
 
 
@@ -320,38 +328,6 @@ def check_retry(where: str, retry: object) -> list[checks.CheckMessage]:
             id="dbqueue.E103",
         )
     ]
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def is_whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_importable(task: Task[Any, Any]) -> None:
-    """Workers import the task by ``module_path``: refuse one they would not find."""
-    try:
-        found = load_framework_task(task.module_path)
-    except TaskNotFound:
-        found = None
-    if found is None or found.func is not task.func:
-        raise InvalidTask(
-            f"Task {task.module_path} cannot be imported by that name, so no worker could run "
-            "it. Declare it with @task at module level, under the function's own name."
-        )
-
-
-def check_arguments(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
-    """Refuse arguments that would not bind when the job runs (``InvalidJob``)."""
-    leading = (None,) if task.takes_context else ()  # the context comes first
-    signature = inspect.signature(task.func)
-    try:
-        signature.bind(*leading, *args, **kwargs)
-    except TypeError as exc:
-        problem = binding_problem(signature, args, kwargs, exc, leading=len(leading))
-        raise InvalidJob(f"{task.module_path}: {problem}.") from exc
 
 
 def load_framework_task(path: str) -> Task[Any, Any]:

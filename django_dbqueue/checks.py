@@ -21,10 +21,10 @@ from django.db import connections, router
 
 from django_dbqueue import conf, durations
 from django_dbqueue.retry import retry_problem
+from django_dbqueue.validation import QUEUE_NAME_RULE, is_queue_name, is_whole, unclaimed
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
-from django_dbqueue.tasks import is_queue_name
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 #: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
@@ -101,7 +101,7 @@ def _check_alias(database: object) -> list[CheckMessage]:
 
 
 def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
-    rule = "A queue name is 1-100 letters, digits, '_', '-' or '.'."
+    rule = f"For queue names, {QUEUE_NAME_RULE}."
     listed = isinstance(queues, list) and bool(queues) and all(map(is_queue_name, queues))
     if queues is not None and not listed:
         return [
@@ -120,7 +120,7 @@ def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
                 id="dbqueue.E003",
             )
         ]
-    if isinstance(queues, list) and default_queue not in queues:
+    if unclaimed(default_queue, cast("list[str] | None", queues)):
         return [
             Error(
                 f"DBQUEUE['DEFAULT_QUEUE'] {default_queue!r} is not in DBQUEUE['QUEUES'] {queues}.",
@@ -160,7 +160,7 @@ def _check_whole(
     merged: dict[str, Any], key: str, minimum: int, what: str, number: str
 ) -> list[CheckMessage]:
     value = merged[key]
-    if not isinstance(value, bool) and isinstance(value, int) and value >= minimum:
+    if is_whole(value, minimum):
         return []
     return [
         Error(

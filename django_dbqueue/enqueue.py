@@ -15,16 +15,10 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 
 from django_dbqueue import conf, durations, jsontext, sql, wakeups
-from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob, TaskNotFound
+from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.tasks import (
-    EnqueueOptions,
-    Task,
-    binding_problem,
-    check_int,
-    check_queue_name,
-    load_task,
-)
+from django_dbqueue.tasks import EnqueueOptions, Task
+from django_dbqueue.validation import INT_MIN, check_binds, check_importable, check_int, check_queue
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
@@ -75,7 +69,7 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
     """
     if not calls:
         return []
-    check_importable(task)
+    check_importable(task.name, object, lambda found: found is task)
     cfg = conf.get()
     spec = job_spec(task, options, cfg)
     return insert(spec, calls, encode_calls(task, calls), cfg)
@@ -123,19 +117,6 @@ def insert(
     )
 
 
-def check_importable(task: Task[..., Any]) -> None:
-    """Workers import tasks by name: refuse one they could not find."""
-    try:
-        found = load_task(task.name)
-    except TaskNotFound:
-        found = None
-    if found is not task:
-        raise InvalidJob(
-            f"Task {task.name} cannot be imported by that name, so no worker could run it. "
-            "Define tasks with @task at module level."
-        )
-
-
 def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
     """The validated column values every job of this call shares."""
     queue = options.queue if options.queue is not None else task.options.queue or cfg.default_queue
@@ -144,8 +125,8 @@ def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSetti
     run_at, delay = schedule(options)
     return JobSpec(
         task=task.name,
-        queue=check_queue(queue, cfg),
-        priority=check_int("priority", priority, -(2**31)),
+        queue=check_queue(queue, cfg.queues),
+        priority=check_int("priority", priority, INT_MIN),
         run_at=run_at,
         delay=delay,
         max_attempts=task.options.max_attempts or cfg.max_attempts,
@@ -156,17 +137,6 @@ def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSetti
         subject_type_id=subject_type_id,
         subject_id=subject_id,
     )
-
-
-def check_queue(queue: object, cfg: conf.QueueSettings) -> str:
-    """Return ``queue`` if it is a valid name that ``QUEUES`` allows, else raise ``InvalidJob``."""
-    name = check_queue_name(queue)
-    if cfg.queues is not None and name not in cfg.queues:
-        raise InvalidJob(
-            f"Queue {name!r} is not in DBQUEUE['QUEUES'] {cfg.queues}, so no worker would "
-            "claim it. Add it there or enqueue on one of those queues."
-        )
-    return name
 
 
 def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
@@ -226,12 +196,8 @@ def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
     limit = conf.get().max_args_bytes
     for position, (args, kwargs) in enumerate(calls):
         where = f"{task.name} (call {position})" if len(calls) > 1 else task.name
-        try:
-            task.bind(args, kwargs)
-        except TypeError as exc:
-            leading = 1 if task.options.takes_context else 0
-            problem = binding_problem(task.signature, args, kwargs, exc, leading=leading)
-            raise InvalidJob(f"{where}: {problem}.") from exc
+        leading = 1 if task.options.takes_context else 0
+        check_binds(where, task.signature, args, kwargs, leading=leading)
         text = encode_call(where, list(args), kwargs)
         # ASCII (json escapes the rest), so characters are bytes.
         if limit and len(text) > limit:

@@ -25,7 +25,7 @@ from django.utils import timezone
 from django_dbqueue import conf, jsontext, runnable, sql
 from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
 from django_dbqueue.exceptions import ResultNotSerializable, TaskNotFound
-from django_dbqueue.models import Job, JobState
+from django_dbqueue.models import Job, JobState, idempotency_key
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Lease:
     @property
     def idempotency_key(self) -> str:
         """Stable across attempts and requeues (see ``Job.idempotency_key``)."""
-        return f"dbqueue-job-{self.job_id}"
+        return idempotency_key(self.job_id)
 
     @property
     def leased_at(self) -> datetime:
