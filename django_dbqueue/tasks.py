@@ -24,7 +24,7 @@ from typing import (
 
 from django.db.models import Model
 
-from django_dbqueue import conf, runnable
+from django_dbqueue import conf
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.retry import Backoff
 from django_dbqueue.validation import (
@@ -37,7 +37,6 @@ from django_dbqueue.validation import (
 
 if TYPE_CHECKING:
     from django_dbqueue.context import JobContext
-    from django_dbqueue.leases import Lease
     from django_dbqueue.models import Job
 
 P = ParamSpec("P")
@@ -96,19 +95,6 @@ class Task(Generic[P, R]):
     def backoff(self) -> Backoff:
         """The retry policy: the task's own, else the settings'."""
         return self.options.retry or conf.get().backoff
-
-    @property
-    def give_up_on(self) -> tuple[type[BaseException], ...]:
-        return self.options.give_up_on
-
-    @property
-    def timeout(self) -> float | None:
-        return self.options.timeout
-
-    def prepare(self, lease: Lease, context: JobContext) -> Callable[[], R]:
-        """The job's call, ready to run; raises ``TypeError`` when the arguments do not fit."""
-        bound = self.bind(lease.args, lease.kwargs, context)
-        return functools.partial(runnable.call, self.func, bound)
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:
