@@ -26,12 +26,11 @@ from django.db import transaction
 
 from django_dbqueue import conf
 from django_dbqueue.checks import task_backend_checks
-from django_dbqueue.enqueue import JobSpec, encode_call, insert, schedule
+from django_dbqueue.enqueue import EnqueueOptions, JobSpec, encode_call, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
-from django_dbqueue.tasks import EnqueueOptions
 from django_dbqueue.validation import check_binds, check_importable, check_queue, import_task
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
@@ -17,8 +17,10 @@ from django.utils import timezone
 from django_dbqueue import conf, durations, jsontext, sql, wakeups
 from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.tasks import EnqueueOptions, Task
 from django_dbqueue.validation import INT_MIN, check_binds, check_importable, check_int, check_queue
+
+if TYPE_CHECKING:
+    from django_dbqueue.tasks import Task
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
@@ -41,6 +43,19 @@ FRESH_COLUMNS: dict[str, Any] = {
     "last_error_code": "",
     "last_error": "",
 }
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call options of ``Task.using(...)``; ``None`` falls back to the task's."""
+
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    dedupe_key: str | None = None
+    subject: models.Model | None = None
+    serial_key: str | None = None
 
 
 @dataclass(frozen=True)

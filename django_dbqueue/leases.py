@@ -22,10 +22,11 @@ from django.db import IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_dbqueue import conf, jsontext, runnable, sql
+from django_dbqueue import conf, jsontext, sql
 from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
-from django_dbqueue.exceptions import ResultNotSerializable, TaskNotFound
+from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState, idempotency_key
+from django_dbqueue.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ REAP_BATCH = 100
 
 #: Runs of the requeue statement before a dedupe-key conflict with concurrent writers is raised.
 REQUEUE_TRIES = 3
+
+#: ``(task, backend) -> Backoff``: a job's retry policy, from the columns naming its task.
+BackoffLookup = Callable[[str, "str | None"], Backoff]
 
 #: Rotates which queue goes first when a claim serves several.
 _turns = itertools.count()
@@ -366,13 +370,14 @@ def _settle_with_history(
     return applied
 
 
-def reap(limit: int = REAP_BATCH) -> ReapResult:
+def reap(limit: int = REAP_BATCH, *, backoff_for: BackoffLookup) -> ReapResult:
     """Recover up to ``limit`` jobs whose lease expired: ``ready`` with backoff, or ``dead``.
 
-    A job with attempts left is retried after its task's backoff (the
-    settings' policy when the task no longer imports); one whose budget is
-    spent becomes ``dead`` with code ``LEASE_EXPIRED``. Either way the expiry
-    is added to its history and ``attempts`` is kept. Safe with many reapers:
+    A job with attempts left is retried after ``backoff_for(task, backend)``
+    (the runtime passes its task's policy, the settings' when the task no
+    longer imports: ``runnable.backoff_for``); one whose budget is spent
+    becomes ``dead`` with code ``LEASE_EXPIRED``. Either way the expiry is
+    added to its history and ``attempts`` is kept. Safe with many reapers:
     rows another reaper holds are skipped.
     """
     connection = queue_connection()
@@ -380,7 +385,7 @@ def reap(limit: int = REAP_BATCH) -> ReapResult:
         expired = sql.run(connection, "lock_expired", {"limit": limit})
         if not expired:
             return ReapResult(retried=[], dead=[])
-        failures = [_expiry_row(*row) for row in expired]
+        failures = [_expiry_row(*row, backoff_for=backoff_for) for row in expired]
         settled = _record_failures(connection, failures, expired=True)
     result = ReapResult(
         retried=sorted(job_id for job_id, state in settled if state == JobState.READY),
@@ -400,22 +405,17 @@ def _expiry_row(
     worker_id: str,
     history: object,
     backend: str | None,
+    *,
+    backoff_for: BackoffLookup,
 ) -> dict[str, Any]:
     info = ErrorInfo(LEASE_EXPIRED, f"lease of worker {worker_id} expired")
     retry_at = None
     if attempts < max_attempts:
-        retry_at = timezone.now() + _delay(task, backend, attempts)
+        delay = backoff_for(task, backend).delay(attempts)
+        retry_at = timezone.now() + timedelta(seconds=delay)
     return _failure_row(
         job_id, lease_token, worker_id, attempts, sql.to_json(history), info, retry_at
     )
-
-
-def _delay(task: str, backend: str | None, attempt: int) -> timedelta:
-    try:
-        backoff = runnable.resolve(task, backend).backoff
-    except TaskNotFound:
-        backoff = conf.get().backoff
-    return timedelta(seconds=backoff.delay(attempt))
 
 
 def _failure_row(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 
+from django_dbqueue import conf
 from django_dbqueue.exceptions import TaskNotFound
 from django_dbqueue.retry import Backoff
 from django_dbqueue.tasks import Task, load_task
@@ -64,6 +65,17 @@ def resolve(task: str, backend: str | None) -> Runnable:
     if backend is not None:
         return runnable_for(task, backend)
     return NativeRunnable(load_task(task))
+
+
+def backoff_for(task: str, backend: str | None) -> Backoff:
+    """The retry policy of a job's task; the settings' policy when the task does not resolve.
+
+    What the reaper passes to ``leases.reap``.
+    """
+    try:
+        return resolve(task, backend).backoff
+    except TaskNotFound:
+        return conf.get().backoff
 
 
 def call(function: Callable[..., Any], bound: inspect.BoundArguments) -> Any:

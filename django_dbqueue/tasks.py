@@ -24,7 +24,8 @@ from typing import (
 
 from django.db.models import Model
 
-from django_dbqueue import conf
+from django_dbqueue import conf, enqueue
+from django_dbqueue.enqueue import EnqueueOptions
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.retry import Backoff
 from django_dbqueue.validation import (
@@ -55,19 +56,6 @@ class TaskOptions:
     retry: Backoff | None = None
     give_up_on: tuple[type[BaseException], ...] = ()
     takes_context: bool = False
-
-
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """Per-call options of ``Task.using(...)``; ``None`` falls back to the task's."""
-
-    delay: float | timedelta | None = None
-    run_at: datetime | None = None
-    priority: int | None = None
-    queue: str | None = None
-    dedupe_key: str | None = None
-    subject: Model | None = None
-    serial_key: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -156,23 +144,19 @@ class TaskCall(Generic[P, R]):
         job of this task already holds, that job is returned unchanged with
         ``deduplicated=True``. Workers are woken when the transaction commits.
         """
-        from django_dbqueue.enqueue import enqueue
-
-        return enqueue(self.task, [(args, kwargs)], self.options)[0]
+        return enqueue.enqueue(self.task, [(args, kwargs)], self.options)[0]
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
         """Write one job per ``(args, kwargs)`` with one INSERT; jobs in input order.
 
         All jobs share these options; ``dedupe_key`` is not accepted here.
         """
-        from django_dbqueue.enqueue import enqueue
-
         if self.options.dedupe_key is not None:
             raise InvalidJob(
                 f"{self.task.name}: enqueue_many() does not take a dedupe_key; "
                 "enqueue those jobs one by one."
             )
-        return enqueue(self.task, list(calls), self.options)
+        return enqueue.enqueue(self.task, list(calls), self.options)
 
 
 @overload
