@@ -112,7 +112,7 @@ def insert(
     )
     for _ in range(DEDUPE_TRIES):
         # Ids grow in input order; RETURNING order is not promised everywhere.
-        inserted = sorted(sql.run(connection, statement, params))
+        inserted = sorted(sql.run(connection, statement, params), key=lambda row: row["id"])
         if inserted:
             jobs = built_jobs(connection.alias, spec, calls, inserted)
             wakeups.announce(connection, spec.queue, [job.pk for job in jobs])
@@ -264,9 +264,7 @@ def is_json(value: object) -> bool:
     return True
 
 
-def built_jobs(
-    alias: str, spec: JobSpec, calls: list[Call], rows: list[tuple[Any, ...]]
-) -> list[Job]:
+def built_jobs(alias: str, spec: JobSpec, calls: list[Call], rows: list[sql.Row]) -> list[Job]:
     """The ``Job`` instances of inserted rows (``id, created_at, run_at``), without reading them.
 
     Each is built with ``Model.from_db``, as a query would build it: every
@@ -291,13 +289,14 @@ def built_jobs(
     # Rows of one statement share their timestamps: convert each distinct one once.
     timestamps: dict[object, datetime] = {}
     jobs = []
-    for (args, kwargs), (job_id, created_at, run_at, *_) in zip(calls, rows, strict=True):
+    for (args, kwargs), row in zip(calls, rows, strict=True):
         values = list(template)
-        values[position["id"]] = job_id
+        values[position["id"]] = row["id"]
         values[position["args"]] = list(args)
         values[position["kwargs"]] = dict(kwargs)
         values[position["errors"]] = []
-        for column, value in (("created_at", created_at), ("run_at", run_at)):
+        for column in ("created_at", "run_at"):
+            value = row[column]
             if value not in timestamps:
                 timestamps[value] = sql.to_datetime(value)
             values[position[column]] = timestamps[value]

@@ -27,6 +27,7 @@ PROTOCOL = {
     "signals",
     "sql",
     "sql.prepared",
+    "sql.rows",
     "validation",
 }
 FACE = {"", "context", "enqueue", "tasks", "wakeups"}
