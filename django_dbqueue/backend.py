@@ -7,7 +7,8 @@ the caller's transaction and ``runworkers`` runs it with the same leases,
 retries and admin as native jobs. One implementation serves both frameworks;
 the import shim below picks ``django.tasks`` when Django has it.
 
-System check ids of the backend: ``dbqueue.E101``-``E104``, ``dbqueue.W101``.
+Its system checks (``dbqueue.E101``-``E104``, ``dbqueue.W101``) are in ``checks``;
+the worker runs its jobs through ``runnable``.
 """
 
 from __future__ import annotations
@@ -16,30 +17,21 @@ import functools
 import inspect
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.apps import apps
-from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
+from django.core.checks import CheckMessage
 from django.db import transaction
 
-from django_dbqueue import conf, runnable, signals
-from django_dbqueue.enqueue import JobSpec, check_queue, encode_call, insert, schedule
+from django_dbqueue import conf
+from django_dbqueue.checks import task_backend_checks
+from django_dbqueue.enqueue import EnqueueOptions, JobSpec, encode_call, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
-from django_dbqueue.exceptions import InvalidJob, LeaseLost
+from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.retry import Backoff, retry_problem
-from django_dbqueue.tasks import (
-    INT_MAX,
-    EnqueueOptions,
-    TaskNotFound,
-    binding_problem,
-    import_task,
-    is_queue_name,
-)
+from django_dbqueue.retry import Backoff
+from django_dbqueue.validation import check_binds, check_importable, check_queue, import_task
 
 if TYPE_CHECKING:
     from django.tasks import task_backends
@@ -47,9 +39,6 @@ if TYPE_CHECKING:
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
-
-    from django_dbqueue.context import JobContext
-    from django_dbqueue.leases import Lease
 else:
     try:
         from django.tasks import task_backends
@@ -70,8 +59,25 @@ else:
             backport_exceptions.InvalidTaskError
         )
 
-#: Keys a backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
-OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")
+#: The backend, and the task framework's names as the installed framework (Django 6's
+#: ``django.tasks`` or the backport) defines them, for the runtime and for tests.
+__all__ = [
+    "DatabaseQueueBackend",
+    "InvalidTask",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "load_framework_task",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
+    "task_status",
+]
+
 #: A result id is a job id as ``str(job.pk)`` writes it.
 RESULT_ID = re.compile(r"0|[1-9][0-9]{0,17}")
 #: The exception class path reported for a history entry without one (an expired lease).
@@ -134,7 +140,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
         """
         super().validate_task(task)
         try:
-            check_queue(task.queue_name, conf.get())
+            check_queue(task.queue_name, conf.get().queues)
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from exc
 
@@ -151,8 +157,12 @@ class DatabaseQueueBackend(BaseTaskBackend):
         once the transaction commits (at once outside a transaction).
         """
         self.validate_task(task)
-        check_importable(task)
-        check_arguments(task, args, kwargs)
+        try:
+            check_importable(task.module_path, Task, lambda found: found.func is task.func)
+        except InvalidJob as exc:
+            raise InvalidTask(str(exc)) from exc
+        leading = 1 if task.takes_context else 0  # the context comes first
+        check_binds(task.module_path, inspect.signature(task.func), args, kwargs, leading=leading)
         run_at, _ = schedule(EnqueueOptions(run_at=task.run_after))
         spec = JobSpec(
             task=task.module_path,
@@ -233,126 +243,12 @@ class DatabaseQueueBackend(BaseTaskBackend):
         except InvalidTask:
             return found
 
-    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """The app is installed, ``OPTIONS`` are valid, and every queue in ``QUEUES`` is usable."""
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The framework's checks, then ours (``checks.task_backend_checks``)."""
         return [
             *super().check(**kwargs),
-            *self._check_installed(),
-            *self._check_options(),
-            *self._check_queues(),
+            *task_backend_checks(self.alias, self.options, self.queues),
         ]
-
-    def _check_installed(self) -> list[checks.CheckMessage]:
-        if apps.is_installed("django_dbqueue"):
-            return []
-        return [
-            checks.Error(
-                f"TASKS[{self.alias!r}] uses DatabaseQueueBackend but django_dbqueue is not "
-                "installed, so there is no job table and no worker.",
-                hint="Add 'django_dbqueue' to INSTALLED_APPS and run migrate.",
-                id="dbqueue.E101",
-            )
-        ]
-
-    def _check_options(self) -> list[checks.CheckMessage]:
-        where = f"TASKS[{self.alias!r}]['OPTIONS']"
-        if not isinstance(self.options, dict):
-            return [option_error(f"{where} must be a dict, not {self.options!r}.")]
-        messages: list[checks.CheckMessage] = []
-        unknown = sorted(set(self.options) - set(OPTION_KEYS))
-        if unknown:
-            messages.append(
-                checks.Warning(
-                    f"{where} has unknown keys {unknown}; they are ignored.",
-                    hint=f"Known keys: {', '.join(OPTION_KEYS)}.",
-                    id="dbqueue.W101",
-                )
-            )
-        max_attempts = self.options.get("MAX_ATTEMPTS", 1)
-        if not (is_whole(max_attempts) and 1 <= max_attempts <= INT_MAX):
-            messages.append(
-                option_error(
-                    f"{where}['MAX_ATTEMPTS'] is {max_attempts!r}; use a whole number >= 1."
-                )
-            )
-        lease = self.options.get("LEASE_SECONDS", 1)
-        if not (is_number(lease) and 0 < lease <= INT_MAX):
-            messages.append(
-                option_error(f"{where}['LEASE_SECONDS'] is {lease!r}; use a number of seconds > 0.")
-            )
-        return messages + check_retry(where, self.options.get("RETRY", {}))
-
-    def _check_queues(self) -> list[checks.CheckMessage]:
-        allowed = conf.get().queues
-        return [
-            checks.Error(
-                f"TASKS[{self.alias!r}]['QUEUES'] has {queue!r}, which no worker would claim: "
-                + (
-                    "it is not a valid queue name."
-                    if not is_queue_name(queue)
-                    else f"it is not in DBQUEUE['QUEUES'] {allowed}."
-                ),
-                hint="Use 1-100 letters, digits, '_', '-' or '.', and a queue DBQUEUE['QUEUES'] "
-                "lists (when it lists any).",
-                id="dbqueue.E104",
-            )
-            for queue in sorted(self.queues, key=str)
-            if not is_queue_name(queue) or (allowed is not None and queue not in allowed)
-        ]
-
-
-def option_error(message: str) -> checks.CheckMessage:
-    return checks.Error(
-        message,
-        hint="OPTIONS takes MAX_ATTEMPTS (>= 1), LEASE_SECONDS (> 0) and RETRY "
-        "({'base': 2, 'factor': 2, 'cap': 3600}); each defaults to DBQUEUE.",
-        id="dbqueue.E102",
-    )
-
-
-def check_retry(where: str, retry: object) -> list[checks.CheckMessage]:
-    problem = retry_problem(retry)
-    if problem is None:
-        return []
-    return [
-        checks.Error(
-            f"{where}['RETRY'] is {retry!r}: {problem}",
-            hint="For example {'base': 2, 'factor': 2, 'cap': 3600}: seconds, factor >= 1.",
-            id="dbqueue.E103",
-        )
-    ]
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def is_whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_importable(task: Task[Any, Any]) -> None:
-    """Workers import the task by ``module_path``: refuse one they would not find."""
-    try:
-        found = load_framework_task(task.module_path)
-    except TaskNotFound:
-        found = None
-    if found is None or found.func is not task.func:
-        raise InvalidTask(
-            f"Task {task.module_path} cannot be imported by that name, so no worker could run "
-            "it. Declare it with @task at module level, under the function's own name."
-        )
-
-
-def check_arguments(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
-    """Refuse arguments that would not bind when the job runs (``InvalidJob``)."""
-    leading = (None,) if task.takes_context else ()  # the context comes first
-    signature = inspect.signature(task.func)
-    try:
-        signature.bind(*leading, *args, **kwargs)
-    except TypeError as exc:
-        problem = binding_problem(signature, args, kwargs, exc, leading=len(leading))
-        raise InvalidJob(f"{task.module_path}: {problem}.") from exc
 
 
 def load_framework_task(path: str) -> Task[Any, Any]:
@@ -396,81 +292,3 @@ def attempt_workers(job: Job) -> list[str]:
         failed.get(attempt, job.last_worker_id if attempt == latest else "")
         for attempt in range(1, latest + 1)
     ]
-
-
-@dataclass(frozen=True)
-class FrameworkRunnable:
-    """A framework ``Task`` as the worker runs it.
-
-    Retries follow the backend's policy; there are no ``give_up_on`` types and
-    no timeout (the framework has neither).
-    """
-
-    task: Task[Any, Any]
-    backend: DatabaseQueueBackend
-    give_up_on: tuple[type[BaseException], ...] = ()
-    timeout: float | None = None
-
-    @property
-    def backoff(self) -> Backoff:
-        return self.backend.backoff
-
-    def prepare(self, lease: Lease, context: JobContext) -> Callable[[], Any]:
-        """The attempt's call; raises ``TypeError`` when the arguments do not bind.
-
-        A ``takes_context`` task gets a ``TaskContext`` whose result is this
-        running attempt. The call sends ``task_started`` before the function runs.
-        """
-        result = self.backend.get_result(str(lease.job_id))
-        leading: tuple[TaskContext[Any, Any], ...] = ()
-        if self.task.takes_context:
-            leading = (TaskContext(task_result=result),)
-        bound = inspect.signature(self.task.func).bind(*leading, *lease.args, **lease.kwargs)
-        return functools.partial(self._run, result, bound)
-
-    def _run(self, result: TaskResult[Any, Any], bound: inspect.BoundArguments) -> Any:
-        task_started.send(type(self.backend), task_result=result)
-        return runnable.call(self.task.func, bound)
-
-
-def runnable_for(task: str, alias: str) -> FrameworkRunnable:
-    """What the worker runs for a job enqueued through ``django.tasks`` backend ``alias``.
-
-    Raises ``TaskNotFound`` when the job's task is not a framework ``Task``
-    or its backend alias is no longer a ``DatabaseQueueBackend`` in ``TASKS``.
-    """
-    return FrameworkRunnable(load_framework_task(task), backend_named(alias))
-
-
-def backend_named(alias: str | None) -> DatabaseQueueBackend:
-    try:
-        backend = task_backends[alias] if alias is not None else None
-    except ImproperlyConfigured as exc:
-        raise TaskNotFound(f"Task backend {alias!r} is not configured in TASKS: {exc}") from exc
-    if not isinstance(backend, DatabaseQueueBackend):
-        raise TaskNotFound(f"TASKS[{alias!r}] is not a DatabaseQueueBackend.")
-    return backend
-
-
-def send_task_finished(lease: Lease, outcome: str, **_: Any) -> None:
-    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result.
-
-    Sent once per job, when its result is final (``SUCCESSFUL`` or ``FAILED``):
-    an attempt that will be retried (``outcome="retried"``) sends nothing. The
-    worker announces a failure inside the handler of its exception, so
-    ``task_finished`` receivers find it in ``sys.exc_info()``, as Django's own
-    receiver expects.
-    """
-    if lease.backend is None or outcome == "retried":
-        return
-    try:
-        backend = backend_named(lease.backend)
-        result = backend.get_result(str(lease.job_id))
-    except (TaskNotFound, TaskResultDoesNotExist):
-        return  # No framework Task to report on: the job is dead with TASK_NOT_FOUND.
-    task_finished.send(type(backend), task_result=result)
-
-
-signals.job_finished.connect(
-    send_task_finished, dispatch_uid="django_dbqueue.backend.send_task_finished"
-)

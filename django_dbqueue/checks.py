@@ -1,6 +1,8 @@
-"""System checks for the ``DBQUEUE`` settings and the database behind the queue.
+"""System checks for the ``DBQUEUE`` settings, the database behind the queue and
+the ``django.tasks`` backend's ``TASKS`` entry.
 
-Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` warnings.
+Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` warnings; the
+backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and ``dbqueue.W101``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import ast
 import difflib
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -21,10 +23,16 @@ from django.db import connections, router
 
 from django_dbqueue import conf, durations
 from django_dbqueue.retry import retry_problem
+from django_dbqueue.validation import (
+    QUEUE_NAME_RULE,
+    is_column_seconds,
+    is_queue_name,
+    is_whole,
+    unclaimed,
+)
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
-from django_dbqueue.tasks import is_queue_name
 
 SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 #: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
@@ -43,6 +51,8 @@ SECONDS = (
 )
 SWITCHES = ("PREPARED_STATEMENTS", "WORKER_SYNCHRONOUS_COMMIT", "EAGER")
 CHANNEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
+#: Keys a task backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
+BACKEND_OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")
 
 
 def _is_number(value: object) -> bool:
@@ -101,7 +111,7 @@ def _check_alias(database: object) -> list[CheckMessage]:
 
 
 def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
-    rule = "A queue name is 1-100 letters, digits, '_', '-' or '.'."
+    rule = f"For queue names, {QUEUE_NAME_RULE}."
     listed = isinstance(queues, list) and bool(queues) and all(map(is_queue_name, queues))
     if queues is not None and not listed:
         return [
@@ -120,7 +130,7 @@ def _check_queues(queues: object, default_queue: object) -> list[CheckMessage]:
                 id="dbqueue.E003",
             )
         ]
-    if isinstance(queues, list) and default_queue not in queues:
+    if unclaimed(default_queue, cast("list[str] | None", queues)):
         return [
             Error(
                 f"DBQUEUE['DEFAULT_QUEUE'] {default_queue!r} is not in DBQUEUE['QUEUES'] {queues}.",
@@ -160,7 +170,7 @@ def _check_whole(
     merged: dict[str, Any], key: str, minimum: int, what: str, number: str
 ) -> list[CheckMessage]:
     value = merged[key]
-    if not isinstance(value, bool) and isinstance(value, int) and value >= minimum:
+    if is_whole(value, minimum):
         return []
     return [
         Error(
@@ -197,15 +207,22 @@ def _check_channel(channel: object) -> list[CheckMessage]:
 
 
 def _check_retry(retry: object) -> list[CheckMessage]:
+    return _retry_error(
+        "DBQUEUE['RETRY']", retry, "; the same shape as a TASKS backend's OPTIONS['RETRY']", "E014"
+    )
+
+
+def _retry_error(where: str, retry: object, hint_end: str, number: str) -> list[CheckMessage]:
+    """An error when ``retry`` is no retry policy (``retry_problem``), else nothing."""
     problem = retry_problem(retry)
     if problem is None:
         return []
     return [
         Error(
-            f"DBQUEUE['RETRY'] is {retry!r}: {problem}.",
-            hint="For example {'base': 2, 'factor': 2, 'cap': 3600}: seconds, factor >= 1; "
-            "the same shape as a TASKS backend's OPTIONS['RETRY'].",
-            id="dbqueue.E014",
+            f"{where} is {retry!r}: {problem}.",
+            hint="For example {'base': 2, 'factor': 2, 'cap': 3600}: seconds, factor >= 1"
+            f"{hint_end}.",
+            id=f"dbqueue.{number}",
         )
     ]
 
@@ -358,3 +375,91 @@ def _called_name(func: ast.expr) -> str:
     if isinstance(func, ast.Attribute):
         return func.attr
     return func.id if isinstance(func, ast.Name) else ""
+
+
+def task_backend_checks(
+    alias: str, options: object, queues: Iterable[object]
+) -> list[CheckMessage]:
+    """The checks of ``TASKS[alias]``, a ``DatabaseQueueBackend`` (its ``check()`` calls this).
+
+    The app is installed (``E101``), ``OPTIONS`` are valid (``E102``, ``E103``;
+    unknown keys ``W101``), and every queue in ``QUEUES`` is one a worker would
+    claim (``E104``).
+    """
+    return [
+        *_check_backend_installed(alias),
+        *_check_backend_options(alias, options),
+        *_check_backend_queues(alias, queues),
+    ]
+
+
+def _check_backend_installed(alias: str) -> list[CheckMessage]:
+    if apps.is_installed("django_dbqueue"):
+        return []
+    return [
+        Error(
+            f"TASKS[{alias!r}] uses DatabaseQueueBackend but django_dbqueue is not "
+            "installed, so there is no job table and no worker.",
+            hint="Add 'django_dbqueue' to INSTALLED_APPS and run migrate.",
+            id="dbqueue.E101",
+        )
+    ]
+
+
+def _check_backend_options(alias: str, options: object) -> list[CheckMessage]:
+    where = f"TASKS[{alias!r}]['OPTIONS']"
+    if not isinstance(options, dict):
+        return [_backend_option_error(f"{where} must be a dict, not {options!r}.")]
+    messages: list[CheckMessage] = []
+    unknown = sorted(set(options) - set(BACKEND_OPTION_KEYS))
+    if unknown:
+        messages.append(
+            Warning(
+                f"{where} has unknown keys {unknown}; they are ignored.",
+                hint=f"Known keys: {', '.join(BACKEND_OPTION_KEYS)}.",
+                id="dbqueue.W101",
+            )
+        )
+    max_attempts = options.get("MAX_ATTEMPTS", 1)
+    if not is_whole(max_attempts, 1):
+        messages.append(
+            _backend_option_error(
+                f"{where}['MAX_ATTEMPTS'] is {max_attempts!r}; use a whole number >= 1."
+            )
+        )
+    lease = options.get("LEASE_SECONDS", 1)
+    if not is_column_seconds(lease):
+        messages.append(
+            _backend_option_error(
+                f"{where}['LEASE_SECONDS'] is {lease!r}; use a number of seconds > 0."
+            )
+        )
+    return messages + _retry_error(f"{where}['RETRY']", options.get("RETRY", {}), "", "E103")
+
+
+def _backend_option_error(message: str) -> CheckMessage:
+    return Error(
+        message,
+        hint="OPTIONS takes MAX_ATTEMPTS (>= 1), LEASE_SECONDS (> 0) and RETRY "
+        "({'base': 2, 'factor': 2, 'cap': 3600}); each defaults to DBQUEUE.",
+        id="dbqueue.E102",
+    )
+
+
+def _check_backend_queues(alias: str, queues: Iterable[object]) -> list[CheckMessage]:
+    allowed = conf.get().queues
+    return [
+        Error(
+            f"TASKS[{alias!r}]['QUEUES'] has {queue!r}, which no worker would claim: "
+            + (
+                "it is not a valid queue name."
+                if not is_queue_name(queue)
+                else f"it is not in DBQUEUE['QUEUES'] {allowed}."
+            ),
+            hint=f"For queue names, {QUEUE_NAME_RULE}; and use a queue DBQUEUE['QUEUES'] "
+            "lists (when it lists any).",
+            id="dbqueue.E104",
+        )
+        for queue in sorted(queues, key=str)
+        if not is_queue_name(queue) or unclaimed(queue, allowed)
+    ]

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
@@ -17,15 +17,10 @@ from django.utils import timezone
 from django_dbqueue import conf, durations, jsontext, sql, wakeups
 from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.tasks import (
-    EnqueueOptions,
-    Task,
-    TaskNotFound,
-    binding_problem,
-    check_int,
-    check_queue_name,
-    load_task,
-)
+from django_dbqueue.validation import INT_MIN, check_binds, check_importable, check_int, check_queue
+
+if TYPE_CHECKING:
+    from django_dbqueue.tasks import Task
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
@@ -48,6 +43,19 @@ FRESH_COLUMNS: dict[str, Any] = {
     "last_error_code": "",
     "last_error": "",
 }
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call options of ``Task.using(...)``; ``None`` falls back to the task's."""
+
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    dedupe_key: str | None = None
+    subject: models.Model | None = None
+    serial_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
     """
     if not calls:
         return []
-    check_importable(task)
+    check_importable(task.name, object, lambda found: found is task)
     cfg = conf.get()
     spec = job_spec(task, options, cfg)
     return insert(spec, calls, encode_calls(task, calls), cfg)
@@ -104,7 +112,7 @@ def insert(
     )
     for _ in range(DEDUPE_TRIES):
         # Ids grow in input order; RETURNING order is not promised everywhere.
-        inserted = sorted(sql.run(connection, statement, params))
+        inserted = sorted(sql.run(connection, statement, params), key=lambda row: row["id"])
         if inserted:
             jobs = built_jobs(connection.alias, spec, calls, inserted)
             wakeups.announce(connection, spec.queue, [job.pk for job in jobs])
@@ -124,19 +132,6 @@ def insert(
     )
 
 
-def check_importable(task: Task[..., Any]) -> None:
-    """Workers import tasks by name: refuse one they could not find."""
-    try:
-        found = load_task(task.name)
-    except TaskNotFound:
-        found = None
-    if found is not task:
-        raise InvalidJob(
-            f"Task {task.name} cannot be imported by that name, so no worker could run it. "
-            "Define tasks with @task at module level."
-        )
-
-
 def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
     """The validated column values every job of this call shares."""
     queue = options.queue if options.queue is not None else task.options.queue or cfg.default_queue
@@ -145,8 +140,8 @@ def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSetti
     run_at, delay = schedule(options)
     return JobSpec(
         task=task.name,
-        queue=check_queue(queue, cfg),
-        priority=check_int("priority", priority, -(2**31)),
+        queue=check_queue(queue, cfg.queues),
+        priority=check_int("priority", priority, INT_MIN),
         run_at=run_at,
         delay=delay,
         max_attempts=task.options.max_attempts or cfg.max_attempts,
@@ -157,17 +152,6 @@ def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSetti
         subject_type_id=subject_type_id,
         subject_id=subject_id,
     )
-
-
-def check_queue(queue: object, cfg: conf.QueueSettings) -> str:
-    """Return ``queue`` if it is a valid name that ``QUEUES`` allows, else raise ``InvalidJob``."""
-    name = check_queue_name(queue)
-    if cfg.queues is not None and name not in cfg.queues:
-        raise InvalidJob(
-            f"Queue {name!r} is not in DBQUEUE['QUEUES'] {cfg.queues}, so no worker would "
-            "claim it. Add it there or enqueue on one of those queues."
-        )
-    return name
 
 
 def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
@@ -227,12 +211,8 @@ def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
     limit = conf.get().max_args_bytes
     for position, (args, kwargs) in enumerate(calls):
         where = f"{task.name} (call {position})" if len(calls) > 1 else task.name
-        try:
-            task.bind(args, kwargs)
-        except TypeError as exc:
-            leading = 1 if task.options.takes_context else 0
-            problem = binding_problem(task.signature, args, kwargs, exc, leading=leading)
-            raise InvalidJob(f"{where}: {problem}.") from exc
+        leading = 1 if task.options.takes_context else 0
+        check_binds(where, task.signature, args, kwargs, leading=leading)
         text = encode_call(where, list(args), kwargs)
         # ASCII (json escapes the rest), so characters are bytes.
         if limit and len(text) > limit:
@@ -284,9 +264,7 @@ def is_json(value: object) -> bool:
     return True
 
 
-def built_jobs(
-    alias: str, spec: JobSpec, calls: list[Call], rows: list[tuple[Any, ...]]
-) -> list[Job]:
+def built_jobs(alias: str, spec: JobSpec, calls: list[Call], rows: list[sql.Row]) -> list[Job]:
     """The ``Job`` instances of inserted rows (``id, created_at, run_at``), without reading them.
 
     Each is built with ``Model.from_db``, as a query would build it: every
@@ -311,13 +289,14 @@ def built_jobs(
     # Rows of one statement share their timestamps: convert each distinct one once.
     timestamps: dict[object, datetime] = {}
     jobs = []
-    for (args, kwargs), (job_id, created_at, run_at, *_) in zip(calls, rows, strict=True):
+    for (args, kwargs), row in zip(calls, rows, strict=True):
         values = list(template)
-        values[position["id"]] = job_id
+        values[position["id"]] = row["id"]
         values[position["args"]] = list(args)
         values[position["kwargs"]] = dict(kwargs)
         values[position["errors"]] = []
-        for column, value in (("created_at", created_at), ("run_at", run_at)):
+        for column in ("created_at", "run_at"):
+            value = row[column]
             if value not in timestamps:
                 timestamps[value] = sql.to_datetime(value)
             values[position[column]] = timestamps[value]

@@ -28,6 +28,21 @@ class ArgumentNotJSON(InvalidJob, TypeError):
     """
 
 
+class TaskNotFound(DbQueueError, LookupError):
+    """No task can be loaded from a job's import path (or its ``django.tasks`` backend).
+
+    The worker makes such a job ``dead`` with code ``TASK_NOT_FOUND``.
+    """
+
+
+class ResultNotSerializable(DbQueueError, ValueError):
+    """``leases.complete()`` was given a result that is not JSON; nothing was written."""
+
+
+class UnsupportedDatabase(DbQueueError, LookupError):
+    """The connection's database vendor has no statement file: the queue cannot run there."""
+
+
 class LeaseLost(DbQueueError):
     """The worker no longer owns the job's lease.
 

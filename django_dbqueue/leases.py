@@ -22,10 +22,11 @@ from django.db import IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_dbqueue import conf, jsontext, runnable, sql
+from django_dbqueue import conf, jsontext, sql
 from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
-from django_dbqueue.models import Job, JobState
-from django_dbqueue.tasks import TaskNotFound
+from django_dbqueue.exceptions import ResultNotSerializable
+from django_dbqueue.models import Job, JobState, idempotency_key
+from django_dbqueue.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ REAP_BATCH = 100
 
 #: Runs of the requeue statement before a dedupe-key conflict with concurrent writers is raised.
 REQUEUE_TRIES = 3
+
+#: ``(task, backend) -> Backoff``: a job's retry policy, from the columns naming its task.
+BackoffLookup = Callable[[str, "str | None"], Backoff]
 
 #: Rotates which queue goes first when a claim serves several.
 _turns = itertools.count()
@@ -63,7 +67,7 @@ class Lease:
     @property
     def idempotency_key(self) -> str:
         """Stable across attempts and requeues (see ``Job.idempotency_key``)."""
-        return f"dbqueue-job-{self.job_id}"
+        return idempotency_key(self.job_id)
 
     @property
     def leased_at(self) -> datetime:
@@ -77,10 +81,6 @@ class ReapResult:
 
     retried: list[int]
     dead: list[int]
-
-
-class ResultNotSerializable(ValueError):
-    """``complete()`` was given a result that is not JSON; nothing was written."""
 
 
 def queue_connection() -> BaseDatabaseWrapper:
@@ -126,23 +126,23 @@ def claim_jobs(job_ids: Iterable[int], worker_id: str) -> list[Lease]:
     return _leases(sql.run_alone(queue_connection(), "claim_jobs", params), worker_id)
 
 
-def _leases(rows: list[tuple[Any, ...]], worker_id: str) -> list[Lease]:
+def _leases(rows: list[sql.Row], worker_id: str) -> list[Lease]:
     # RETURNING has no order: hand the batch back in priority order.
-    rows.sort(key=lambda row: (-row[10], sql.to_datetime(row[11]), row[0]))
+    rows.sort(key=lambda row: (-row["priority"], sql.to_datetime(row["run_at"]), row["id"]))
     return [
         Lease(
-            job_id=row[0],
-            lease_token=row[1],
+            job_id=row["id"],
+            lease_token=row["lease_token"],
             worker_id=worker_id,
-            task=row[2],
-            args=sql.to_json(row[3]),
-            kwargs=sql.to_json(row[4]),
-            attempt=row[5],
-            max_attempts=row[6],
-            lease_until=sql.to_datetime(row[7]),
-            lease_seconds=row[8],
-            queue=row[9],
-            backend=row[12],
+            task=row["task"],
+            args=sql.to_json(row["args"]),
+            kwargs=sql.to_json(row["kwargs"]),
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            lease_until=sql.to_datetime(row["lease_until"]),
+            lease_seconds=row["lease_seconds"],
+            queue=row["queue"],
+            backend=row["backend"],
         )
         for row in rows
     ]
@@ -158,7 +158,7 @@ def next_due(queues: Sequence[str] | None) -> float | None:
     """
     params = {"queues": list(queues) if queues is not None else None}
     rows = sql.run(queue_connection(), "next_due", params)
-    seconds = rows[0][0] if rows else None
+    seconds = rows[0]["seconds"] if rows else None
     return None if seconds is None else max(0.0, float(seconds))
 
 
@@ -200,14 +200,14 @@ def renew_all(leases: Iterable[Lease]) -> Renewal:
         for lease in held
     ]
     rows = sql.run_alone(queue_connection(), "renew", {"leases": batch})
-    owned = {row[0] for row in rows}
+    owned = {row["id"] for row in rows}
     missing = [lease for lease in held if lease.job_id not in owned]
     settled = settled_by(missing) if missing else {}
     lost = {lease.job_id for lease in missing if lease.job_id not in settled}
     for lease in missing:
         if lease.job_id in lost:
             log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
-    marked = {row[0] for row in rows if row[1] is not None}
+    marked = {row["id"] for row in rows if row["cancel_requested_at"] is not None}
     return Renewal(owned=owned, settled=settled, lost=lost, cancel_requested=marked)
 
 
@@ -277,7 +277,8 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
         }
         for lease, encoded in done
     ]
-    completed = {row[0] for row in sql.run_alone(queue_connection(), "complete", {"rows": rows})}
+    written = sql.run_alone(queue_connection(), "complete", {"rows": rows})
+    completed = {row["id"] for row in written}
     missing = [lease for lease, _ in done if lease.job_id not in completed]
     if missing:
         # A retried write whose first reply was lost finds its own success already there.
@@ -361,7 +362,7 @@ def _settle_with_history(
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
     with sql.write_transaction(connection):
         locked = sql.run(connection, "lock_lease", fence)
-        applied = bool(locked) and write(connection, sql.to_json(locked[0][0]))
+        applied = bool(locked) and write(connection, sql.to_json(locked[0]["errors"]))
     if not applied:
         # A retried write whose first reply was lost finds its own write already recorded.
         applied = settled_by([lease]).get(lease.job_id) not in (None, JobState.SUCCEEDED)
@@ -370,13 +371,14 @@ def _settle_with_history(
     return applied
 
 
-def reap(limit: int = REAP_BATCH) -> ReapResult:
+def reap(limit: int = REAP_BATCH, *, backoff_for: BackoffLookup) -> ReapResult:
     """Recover up to ``limit`` jobs whose lease expired: ``ready`` with backoff, or ``dead``.
 
-    A job with attempts left is retried after its task's backoff (the
-    settings' policy when the task no longer imports); one whose budget is
-    spent becomes ``dead`` with code ``LEASE_EXPIRED``. Either way the expiry
-    is added to its history and ``attempts`` is kept. Safe with many reapers:
+    A job with attempts left is retried after ``backoff_for(task, backend)``
+    (the runtime passes its task's policy, the settings' when the task no
+    longer imports: ``runnable.backoff_for``); one whose budget is spent
+    becomes ``dead`` with code ``LEASE_EXPIRED``. Either way the expiry is
+    added to its history and ``attempts`` is kept. Safe with many reapers:
     rows another reaper holds are skipped.
     """
     connection = queue_connection()
@@ -384,7 +386,7 @@ def reap(limit: int = REAP_BATCH) -> ReapResult:
         expired = sql.run(connection, "lock_expired", {"limit": limit})
         if not expired:
             return ReapResult(retried=[], dead=[])
-        failures = [_expiry_row(*row) for row in expired]
+        failures = [_expiry_row(row, backoff_for) for row in expired]
         settled = _record_failures(connection, failures, expired=True)
     result = ReapResult(
         retried=sorted(job_id for job_id, state in settled if state == JobState.READY),
@@ -395,31 +397,23 @@ def reap(limit: int = REAP_BATCH) -> ReapResult:
     return result
 
 
-def _expiry_row(
-    job_id: int,
-    lease_token: int,
-    task: str,
-    attempts: int,
-    max_attempts: int,
-    worker_id: str,
-    history: object,
-    backend: str | None,
-) -> dict[str, Any]:
-    info = ErrorInfo(LEASE_EXPIRED, f"lease of worker {worker_id} expired")
+def _expiry_row(expired: sql.Row, backoff_for: BackoffLookup) -> dict[str, Any]:
+    """The failure to record for one row of ``lock_expired``."""
+    attempts = expired["attempts"]
+    info = ErrorInfo(LEASE_EXPIRED, f"lease of worker {expired['worker_id']} expired")
     retry_at = None
-    if attempts < max_attempts:
-        retry_at = timezone.now() + _delay(task, backend, attempts)
+    if attempts < expired["max_attempts"]:
+        delay = backoff_for(expired["task"], expired["backend"]).delay(attempts)
+        retry_at = timezone.now() + timedelta(seconds=delay)
     return _failure_row(
-        job_id, lease_token, worker_id, attempts, sql.to_json(history), info, retry_at
+        expired["id"],
+        expired["lease_token"],
+        expired["worker_id"],
+        attempts,
+        sql.to_json(expired["errors"]),
+        info,
+        retry_at,
     )
-
-
-def _delay(task: str, backend: str | None, attempt: int) -> timedelta:
-    try:
-        backoff = runnable.resolve(task, backend).backoff
-    except TaskNotFound:
-        backoff = conf.get().backoff
-    return timedelta(seconds=backoff.delay(attempt))
 
 
 def _failure_row(
@@ -447,7 +441,7 @@ def _record_failures(
     connection: BaseDatabaseWrapper, rows: list[dict[str, Any]], *, expired: bool
 ) -> list[tuple[int, str]]:
     settled = sql.run(connection, "record_failures", {"rows": rows, "expired": expired})
-    return [(job_id, state) for job_id, state in settled]
+    return [(row["id"], row["state"]) for row in settled]
 
 
 @dataclass(frozen=True)
@@ -491,7 +485,7 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
     for attempt in range(1, REQUEUE_TRIES + 1):
         try:
             with sql.write_transaction(connection):
-                requeued = sorted(row[0] for row in sql.run(connection, "requeue", params))
+                requeued = sorted(row["id"] for row in sql.run(connection, "requeue", params))
                 duplicates = _dead_with_dedupe_key(connection, ids)
             break
         except IntegrityError:
@@ -580,7 +574,7 @@ def _changed(statement: str, job_ids: Iterable[int], params: dict[str, Any]) -> 
     if not ids:
         return []
     rows = sql.run_alone(queue_connection(), statement, {"job_ids": ids, **params})
-    return sorted(row[0] for row in rows)
+    return sorted(row["id"] for row in rows)
 
 
 def log_lost_lease(action: str, job_id: int, worker_id: str, lease_token: int) -> None:

@@ -32,6 +32,12 @@ ACTIVE_STATES = (JobState.READY, JobState.RUNNING)
 TERMINAL_STATES = (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
 
 
+def idempotency_key(job_id: int) -> str:
+    """The idempotency key of job ``job_id``: derived from the id, so stable across
+    attempts and operator requeues (which keep the id)."""
+    return f"dbqueue-job-{job_id}"
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     """Readable filters on the lifecycle: ``Job.objects.ready().due()``."""
 
@@ -211,7 +217,7 @@ class Job(models.Model):
     @property
     def idempotency_key(self) -> str:
         """Stable across attempts and operator requeues: derived from the id."""
-        return f"dbqueue-job-{self.pk}"
+        return idempotency_key(self.pk)
 
 
 class PeriodicSlot(models.Model):

@@ -30,7 +30,8 @@ from django_dbqueue import conf
 from django_dbqueue.enqueue import encode_call
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import Job, PeriodicSlot
-from django_dbqueue.tasks import Task, check_queue_name
+from django_dbqueue.tasks import Task
+from django_dbqueue.validation import check_queue_name
 
 log = logging.getLogger(__name__)
 

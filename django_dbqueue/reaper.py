@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from django_dbqueue import conf, leases, sql
+from django_dbqueue import conf, leases, runnable, sql
 from django_dbqueue.models import Job, JobState
 
 log = logging.getLogger(__name__)
@@ -24,14 +24,23 @@ log = logging.getLogger(__name__)
 PURGE_BATCH = 1000
 
 
+def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
+    """``leases.reap`` of up to ``limit`` expired leases, each retried with its task's backoff.
+
+    The task's policy comes from ``runnable.backoff_for``: the settings' policy
+    when the job's task no longer imports.
+    """
+    return leases.reap(limit, backoff_for=runnable.backoff_for)
+
+
 def sweep() -> tuple[int, int]:
-    """Recover every expired lease (``leases.reap`` batch by batch), then purge.
+    """Recover every expired lease (``reap`` batch by batch), then purge.
 
     Returns ``(recovered, purged)``.
     """
     recovered = 0
     while True:
-        result = leases.reap()
+        result = reap()
         batch = len(result.retried) + len(result.dead)
         recovered += batch
         if batch < leases.REAP_BATCH:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -19,32 +18,30 @@ from typing import (
     Generic,
     Literal,
     ParamSpec,
-    TypeGuard,
     TypeVar,
     overload,
 )
 
 from django.db.models import Model
-from django.utils.module_loading import import_string
 
-from django_dbqueue import conf, runnable
+from django_dbqueue import conf, enqueue
+from django_dbqueue.enqueue import EnqueueOptions
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.retry import Backoff
+from django_dbqueue.validation import (
+    INT_MIN,
+    check_int,
+    check_queue_name,
+    check_seconds,
+    import_task,
+)
 
 if TYPE_CHECKING:
     from django_dbqueue.context import JobContext
-    from django_dbqueue.leases import Lease
     from django_dbqueue.models import Job
 
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
-
-QUEUE_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,100}"
-
-#: Bounds of the integer columns options end up in.
-INT_MAX = 2**31 - 1
-INT_MIN = -(2**31)
 
 
 @dataclass(frozen=True)
@@ -59,19 +56,6 @@ class TaskOptions:
     retry: Backoff | None = None
     give_up_on: tuple[type[BaseException], ...] = ()
     takes_context: bool = False
-
-
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """Per-call options of ``Task.using(...)``; ``None`` falls back to the task's."""
-
-    delay: float | timedelta | None = None
-    run_at: datetime | None = None
-    priority: int | None = None
-    queue: str | None = None
-    dedupe_key: str | None = None
-    subject: Model | None = None
-    serial_key: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -99,19 +83,6 @@ class Task(Generic[P, R]):
     def backoff(self) -> Backoff:
         """The retry policy: the task's own, else the settings'."""
         return self.options.retry or conf.get().backoff
-
-    @property
-    def give_up_on(self) -> tuple[type[BaseException], ...]:
-        return self.options.give_up_on
-
-    @property
-    def timeout(self) -> float | None:
-        return self.options.timeout
-
-    def prepare(self, lease: Lease, context: JobContext) -> Callable[[], R]:
-        """The job's call, ready to run; raises ``TypeError`` when the arguments do not fit."""
-        bound = self.bind(lease.args, lease.kwargs, context)
-        return functools.partial(runnable.call, self.func, bound)
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:
@@ -173,23 +144,19 @@ class TaskCall(Generic[P, R]):
         job of this task already holds, that job is returned unchanged with
         ``deduplicated=True``. Workers are woken when the transaction commits.
         """
-        from django_dbqueue.enqueue import enqueue
-
-        return enqueue(self.task, [(args, kwargs)], self.options)[0]
+        return enqueue.enqueue(self.task, [(args, kwargs)], self.options)[0]
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
         """Write one job per ``(args, kwargs)`` with one INSERT; jobs in input order.
 
         All jobs share these options; ``dedupe_key`` is not accepted here.
         """
-        from django_dbqueue.enqueue import enqueue
-
         if self.options.dedupe_key is not None:
             raise InvalidJob(
                 f"{self.task.name}: enqueue_many() does not take a dedupe_key; "
                 "enqueue those jobs one by one."
             )
-        return enqueue(self.task, list(calls), self.options)
+        return enqueue.enqueue(self.task, list(calls), self.options)
 
 
 @overload
@@ -266,119 +233,6 @@ def validate_task_options(options: TaskOptions) -> None:
             raise InvalidJob(f"give_up_on takes exception classes, not {kind!r}.")
 
 
-def is_queue_name(value: object) -> TypeGuard[str]:
-    """Whether ``value`` is 1-100 letters, digits, ``_``, ``-`` or ``.``."""
-    return isinstance(value, str) and re.fullmatch(QUEUE_NAME_PATTERN, value) is not None
-
-
-def check_queue_name(queue: object) -> str:
-    """Return ``queue`` if it is a valid queue name, else raise ``InvalidJob``."""
-    if not is_queue_name(queue):
-        raise InvalidJob(
-            f"Queue name {queue!r} is invalid: use 1-100 letters, digits, '_', '-' or '.'."
-        )
-    return queue
-
-
-def check_seconds(name: str, value: object) -> float:
-    """Return ``value`` if it is a positive number of seconds, else raise ``InvalidJob``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= INT_MAX:
-        raise InvalidJob(f"{name} must be a positive number of seconds, not {value!r}.")
-    return value
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value`` if it is an int in ``[minimum, INT_MAX]``, else raise ``InvalidJob``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT_MAX:
-        raise InvalidJob(
-            f"{name} must be a whole number from {minimum} to {INT_MAX}, not {value!r}."
-        )
-    return value
-
-
-def binding_problem(
-    signature: inspect.Signature,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    error: TypeError,
-    *,
-    leading: int = 0,
-) -> str:
-    """Why ``args`` and ``kwargs`` do not fit ``signature``: every problem at once.
-
-    ``inspect`` reports only the first problem it meets (a missing argument
-    hides a misspelled one); this names the missing, unexpected, doubled and
-    surplus arguments together, after the fixed message prefix. ``leading``
-    parameters (a context the worker passes) are left out of the account;
-    ``error`` is the ``TypeError`` binding raised, shown when nothing else is found.
-    """
-    parameters = list(signature.parameters.values())[leading:]
-    kinds = {parameter.kind for parameter in parameters}
-    positional = [
-        p.name
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    by_keyword = {
-        p.name
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    filled = set(positional[: len(args)]) | set(kwargs)
-    problems = []
-    missing = [
-        p.name
-        for p in parameters
-        if p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        and p.name not in filled
-    ]
-    if missing:
-        problems.append(f"missing {_names(missing)}")
-    if inspect.Parameter.VAR_KEYWORD not in kinds:
-        unexpected = [name for name in kwargs if name not in by_keyword]
-        if unexpected:
-            problems.append(f"unexpected keyword {_names(unexpected)}")
-    doubled = [name for name in positional[: len(args)] if name in kwargs]
-    if doubled:
-        problems.append(f"given both by position and by keyword: {_names(doubled)}")
-    if inspect.Parameter.VAR_POSITIONAL not in kinds and len(args) > len(positional):
-        problems.append(f"{len(args)} positional arguments given, {len(positional)} accepted")
-    found = "; ".join(problems) or str(error)
-    shown = inspect.Signature(
-        [parameter.replace(annotation=inspect.Parameter.empty) for parameter in parameters]
-    )
-    return f"the arguments do not fit the function{shown}: {found}"
-
-
-def _names(names: list[str]) -> str:
-    quoted = ", ".join(repr(name) for name in names)
-    return f"argument{'s' if len(names) > 1 else ''} {quoted}"
-
-
-class TaskNotFound(LookupError):
-    """No django_dbqueue task can be loaded from a job's import path."""
-
-
 def load_task(path: str) -> Task[..., Any]:
-    """The ``Task`` at import path ``path``; see ``import_task``."""
+    """The ``Task`` at import path ``path``; see ``validation.import_task``."""
     return import_task(path, Task, "a django_dbqueue @task")
-
-
-def import_task(path: str, kind: type[T], what: str) -> T:
-    """The ``kind`` object at import path ``path``.
-
-    Raises ``TaskNotFound`` when nothing importable is there, when importing
-    its module fails in any way (it runs the project's code), or when the
-    object found is not a ``kind`` (described as ``what``).
-    """
-    try:
-        found = import_string(path)
-    except KeyboardInterrupt:
-        raise
-    # Importing runs the module's own code, which may raise anything, sys.exit() included.
-    except BaseException as exc:
-        raise TaskNotFound(f"{path} cannot be imported: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(found, kind):
-        raise TaskNotFound(f"{path} is {type(found).__name__}, not {what}.")
-    return found

@@ -5,8 +5,9 @@ defines the same names, but for two optional ones: ``worker_session`` (the
 set-up of a worker's own connection) and ``insert_job`` (a faster single-row
 ``insert_jobs``). A block is one statement, or (where the vendor lacks
 ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
-the last one that returns rows giving the result; a statement may read the
-rows of the latest one that returned rows as ``%(previous)s`` (JSON). Python
+the last one that returns rows giving the result, by column name; a statement
+may read the rows of the latest one that returned rows as ``%(previous)s`` (a
+JSON array of arrays, columns in order). Python
 never builds SQL: it asks for a block by name and passes a dict of
 parameters. Structured parameters (lists, dicts) are sent as JSON text and
 datetimes in the form the vendor stores, so the SQL files share one calling
@@ -32,7 +33,10 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from django_dbqueue.exceptions import UnsupportedDatabase
 from django_dbqueue.sql import prepared
+from django_dbqueue.sql.rows import Row as Row  # re-exported: sql.Row
+from django_dbqueue.sql.rows import fetch
 
 SQL_DIR = Path(__file__).parent
 VENDOR_FILES = {"postgresql": "postgresql.sql", "sqlite": "sqlite.sql", "mysql": "mysql.sql"}
@@ -44,10 +48,6 @@ STATEMENT_END = ";\n"
 #: locked past the connection's busy timeout, and the first pause between tries.
 SQLITE_BEGIN_TRIES = 5
 SQLITE_BEGIN_BACKOFF = 0.05
-
-
-class UnsupportedDatabase(LookupError):
-    """The connection's vendor has no statement file."""
 
 
 def parse(text: str) -> dict[str, str]:
@@ -81,10 +81,10 @@ def defines(connection: BaseDatabaseWrapper, name: str) -> bool:
     return name in statements(connection.vendor)
 
 
-def run(
-    connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]
-) -> list[tuple[Any, ...]]:
+def run(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -> list[Row]:
     """Execute block ``name`` for the connection's vendor; return its last statement's rows.
+
+    Rows are read by column name (``sql.rows``): ``row["lease_token"]``.
 
     ``now`` is added for statements that take the clock as a parameter
     (SQLite); call inside ``write_transaction`` so it is read under the lock.
@@ -98,14 +98,15 @@ def run(
     connection.ensure_connection()
     if prepared.prepares(connection):
         return prepared.run(connection, sql, adapted)
-    rows: list[tuple[Any, ...]] = []
+    rows: list[Row] = []
     with connection.cursor() as cursor:
         for statement in sql.split(STATEMENT_END):
             if "%(previous)s" in statement:
-                adapted["previous"] = adapt(connection, rows)
+                # The SQL reads these by position (JSON arrays), as JSON_TABLE paths do.
+                adapted["previous"] = adapt(connection, [list(row.values()) for row in rows])
             cursor.execute(statement, adapted)
             if cursor.description:
-                rows = list(cursor.fetchall())
+                rows = fetch(cursor)
     return rows
 
 
@@ -144,9 +145,7 @@ def to_json(value: object) -> Any:
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
-def run_alone(
-    connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]
-) -> list[tuple[Any, ...]]:
+def run_alone(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -> list[Row]:
     """Run block ``name`` as one short transaction of its own (or within the caller's).
 
     A one-statement block on PostgreSQL or MySQL needs no BEGIN/COMMIT: the

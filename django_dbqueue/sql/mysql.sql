@@ -97,7 +97,7 @@ STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 -- queue) that is not due yet becomes due, or NULL when there is none (jobs already due are
 -- left out: a claim just passed them by).
 SET @dbqueue_now = UTC_TIMESTAMP(6);
-SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(run_at)) / 1000000.0
+SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(run_at)) / 1000000.0 AS seconds
 FROM dbqueue_job
 WHERE state = 'ready' AND run_at > @dbqueue_now
   AND (%(queues)s IS NULL OR queue IN (
@@ -172,7 +172,7 @@ SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NU
 WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
   AND lease_until > UTC_TIMESTAMP(6);
-SELECT %(job_id)s FROM DUAL WHERE ROW_COUNT() > 0;
+SELECT %(job_id)s AS id FROM DUAL WHERE ROW_COUNT() > 0;
 
 -- name: lock_lease
 -- Lock the job if it is still running under (worker_id, lease_token); return its error

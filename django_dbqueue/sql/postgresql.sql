@@ -177,7 +177,7 @@ level AS (
     FROM level l
     WHERE l.priority IS NOT NULL
 )
-SELECT extract(epoch FROM min(earliest.run_at) - clock_timestamp())::float8
+SELECT extract(epoch FROM min(earliest.run_at) - clock_timestamp())::float8 AS seconds
 FROM level l
 CROSS JOIN LATERAL (
     SELECT min(j.run_at) AS run_at FROM dbqueue_job j

@@ -24,6 +24,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_dbqueue.sql.rows import Row, fetch
+
 #: psycopg's default: a statement run this many times prepares itself. The
 #: queue's statements ask to be prepared at once (``prepare=True``) anyway.
 PREPARE_THRESHOLD = 5
@@ -73,10 +75,8 @@ def _driver_is_psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
-def run(
-    connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, Any]
-) -> list[tuple[Any, ...]]:
-    """Execute one statement prepared on ``connection`` (open); its rows (none: ``[]``).
+def run(connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, Any]) -> list[Row]:
+    """Execute one statement prepared on ``connection`` (open); its rows by name (none: ``[]``).
 
     The statement goes through Django's cursor wrapper (execute wrappers,
     Django's exceptions) around a server-side binding cursor.
@@ -86,7 +86,7 @@ def run(
         raw = _preparing_cursor()(connection.connection)
     with connection.make_cursor(raw) as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
+        return fetch(cursor)
 
 
 @functools.cache

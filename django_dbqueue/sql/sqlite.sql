@@ -88,7 +88,7 @@ RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_unt
 -- Seconds from %(now)s until the next ready job of %(queues)s (NULL: every queue) that is not
 -- due yet becomes due, or NULL when there is none (jobs already due are left out: a claim
 -- just passed them by).
-SELECT (julianday(min(run_at)) - julianday(%(now)s)) * 86400.0
+SELECT (julianday(min(run_at)) - julianday(%(now)s)) * 86400.0 AS seconds
 FROM dbqueue_job
 WHERE state = 'ready' AND run_at > %(now)s
   AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)));

@@ -27,11 +27,17 @@ from django_dbqueue.errors import (
     TASK_NOT_FOUND,
     ErrorInfo,
 )
-from django_dbqueue.exceptions import JobCancelled, LeaseLost, PermanentError, Retry
+from django_dbqueue.exceptions import (
+    JobCancelled,
+    LeaseLost,
+    PermanentError,
+    ResultNotSerializable,
+    Retry,
+    TaskNotFound,
+)
 from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 from django_dbqueue.runnable import Runnable
-from django_dbqueue.tasks import TaskNotFound
 from django_dbqueue.worker.connections import recover
 from django_dbqueue.worker.faults import classify
 from django_dbqueue.worker.outcome_log import outcome_log
@@ -152,7 +158,7 @@ def _attempt(
             hand_over(context, result, started)
             return Outcome.HANDED_OVER
         encoded = leases.encode_result(lease, result)
-    except leases.ResultNotSerializable as exc:
+    except ResultNotSerializable as exc:
         # Recorded as what serialising raised (TypeError, ValueError), as django.tasks does.
         info = ErrorInfo.from_exception(exc.__cause__ or exc, RESULT_NOT_SERIALIZABLE)
         return _announced(lease, started, *_give_up(context, info))

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_dbqueue import backend as dbqueue_backend
-from django_dbqueue import leases, signals
+from django_dbqueue import leases, reaper, signals
 from django_dbqueue.backend import (
     LEASE_LOST_PATH,
     DatabaseQueueBackend,
@@ -336,7 +336,7 @@ class TestGetResult:
         Job.objects.filter(pk=int(result_id)).update(
             lease_until=timezone.now() - timedelta(seconds=1)
         )
-        leases.reap()
+        reaper.reap()
         result = backend.get_result(result_id)
         assert result.status == TaskResultStatus.FAILED
         (error,) = result.errors
@@ -354,7 +354,7 @@ class TestGetResult:
             lease_until=timezone.now() - timedelta(seconds=1)
         )
         before = timezone.now()
-        assert leases.reap().retried == [int(result_id)]
+        assert reaper.reap().retried == [int(result_id)]
         # The backend's base of 600 s, jittered to [300, 600]; the settings' would be 1-2 s.
         run_at = Job.objects.get(pk=int(result_id)).run_at
         assert before + timedelta(seconds=300) <= run_at <= timezone.now() + timedelta(seconds=600)

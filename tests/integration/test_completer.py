@@ -16,6 +16,7 @@ from pytest_django import DjangoAssertNumQueries
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
+from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.execute import Outcome
@@ -135,7 +136,7 @@ def wait_until(condition: Callable[[], bool]) -> None:
 def test_a_result_that_is_not_json_is_refused_before_anything_is_queued() -> None:
     completer = Completer(threading.Event(), Reports())
     lease = leases.Lease(1, 1, "w1", "t", [], {}, 1, 1, timezone.now(), 30, "default")
-    with pytest.raises(leases.ResultNotSerializable):
+    with pytest.raises(ResultNotSerializable):
         completer.hand_over(JobContext(lease), {1, 2}, time.monotonic())
     assert completer._inbox.empty()
     assert completer.backlog == 0

@@ -14,7 +14,7 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from django_dbqueue import JobContext, leases, signals
+from django_dbqueue import JobContext, leases, reaper, signals
 from django_dbqueue.durations import MAX_DELAY
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
@@ -68,7 +68,7 @@ def expire(job_id: int) -> None:
 def steal(job_id: int, worker_id: str = "worker-b") -> leases.Lease:
     """Let the lease expire, reap it, and claim the job again as another worker."""
     expire(job_id)
-    assert job_id in leases.reap().retried
+    assert job_id in reaper.reap().retried
     make_due(job_id)
     return claim(job_id, worker_id)
 

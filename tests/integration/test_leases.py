@@ -15,9 +15,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django import Settings
 
-from django_dbqueue import leases, sql
+from django_dbqueue import leases, reaper, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
+from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
+from django_dbqueue.retry import Backoff
 from tests import tasks
 from tests.factories import JobFactory
 
@@ -201,7 +203,7 @@ class TestFencing:
         tasks.noop.enqueue()
         first = claim_one("a")
         expire(first.job_id)
-        assert leases.reap().retried == [first.job_id]
+        assert reaper.reap().retried == [first.job_id]
         Job.objects.filter(pk=first.job_id).update(run_at=timezone.now())
         second = claim_one("b")
         assert second.job_id == first.job_id
@@ -212,7 +214,7 @@ class TestFencing:
         tasks.noop.enqueue()
         stale = claim_one("a")
         expire(stale.job_id)
-        leases.reap()
+        reaper.reap()
         Job.objects.filter(pk=stale.job_id).update(run_at=timezone.now())
         current = claim_one("b")
         before = Job.objects.get(pk=stale.job_id)
@@ -279,7 +281,7 @@ class TestOwnWritesAreNotLostLeases:
         running, completed, stolen = leases.claim(None, "w1", 3)
         assert leases.complete(completed, None)
         expire(stolen.job_id)
-        leases.reap()
+        reaper.reap()
         renewal = leases.renew_all([running, completed, stolen])
         assert renewal.owned == {running.job_id}
         assert renewal.settled == {completed.job_id: JobState.SUCCEEDED}
@@ -300,7 +302,7 @@ class TestOwnWritesAreNotLostLeases:
         tasks.noop.enqueue()
         lease = claim_one()
         expire(lease.job_id)
-        leases.reap()
+        reaper.reap()
         assert leases.settled_by([lease]) == {}
         assert leases.renew_all([lease]).lost == {lease.job_id}
 
@@ -352,7 +354,7 @@ class TestTransitions:
     def test_complete_refuses_a_result_that_is_not_json(self) -> None:
         tasks.noop.enqueue()
         lease = claim_one()
-        with pytest.raises(leases.ResultNotSerializable):
+        with pytest.raises(ResultNotSerializable):
             leases.complete(lease, {1, 2})
         assert Job.objects.get(pk=lease.job_id).state == JobState.RUNNING
 
@@ -411,7 +413,7 @@ class TestReap:
         lease = claim_one("a")
         expire(lease.job_id)
         before = timezone.now()
-        assert leases.reap() == leases.ReapResult(retried=[lease.job_id], dead=[])
+        assert reaper.reap() == leases.ReapResult(retried=[lease.job_id], dead=[])
         job = Job.objects.get(pk=lease.job_id)
         assert (job.state, job.attempts, job.lease_token, job.worker_id) == (
             JobState.READY,
@@ -429,7 +431,7 @@ class TestReap:
         JobFactory(max_attempts=1)
         lease = claim_one()
         expire(lease.job_id)
-        assert leases.reap() == leases.ReapResult(retried=[], dead=[lease.job_id])
+        assert reaper.reap() == leases.ReapResult(retried=[], dead=[lease.job_id])
         job = Job.objects.get(pk=lease.job_id)
         assert (job.state, job.attempts, job.last_error_code) == (JobState.DEAD, 1, LEASE_EXPIRED)
         assert job.finished_at is not None
@@ -437,20 +439,37 @@ class TestReap:
     def test_reap_leaves_live_leases_alone(self) -> None:
         tasks.noop.enqueue()
         lease = claim_one()
-        assert leases.reap() == leases.ReapResult(retried=[], dead=[])
+        assert reaper.reap() == leases.ReapResult(retried=[], dead=[])
         assert leases.complete(lease, None) is True
 
     def test_reap_handles_at_most_limit_jobs(self) -> None:
         tasks.noop.enqueue_many([((), {})] * 5)
         expire(*(lease.job_id for lease in leases.claim(None, "w1", 5)))
-        assert len(leases.reap(limit=3).retried) == 3
-        assert len(leases.reap(limit=3).retried) == 2
+        assert len(reaper.reap(limit=3).retried) == 3
+        assert len(reaper.reap(limit=3).retried) == 2
 
     def test_reap_uses_the_settings_policy_when_the_task_is_gone(self) -> None:
         JobFactory(task="tests.nowhere.gone")
         lease = claim_one()
         expire(lease.job_id)
-        assert leases.reap().retried == [lease.job_id]
+        assert reaper.reap().retried == [lease.job_id]
+
+    def test_reap_retries_with_the_policy_its_caller_looks_up(self) -> None:
+        tasks.flaky.enqueue("x")
+        lease = claim_one("a")
+        expire(lease.job_id)
+        asked = []
+
+        def backoff_for(task: str, backend: str | None) -> Backoff:
+            asked.append((task, backend))
+            return Backoff(base=600, factor=2, cap=3600)
+
+        before = timezone.now()
+        assert leases.reap(backoff_for=backoff_for).retried == [lease.job_id]
+        assert asked == [("tests.tasks.flaky", None)]
+        # Base 600 s, jittered to [300, 600]; flaky's own policy would wait 5-10 s.
+        run_at = Job.objects.get(pk=lease.job_id).run_at
+        assert before + timedelta(seconds=300) <= run_at <= timezone.now() + timedelta(seconds=600)
 
 
 @pytest.mark.locking
@@ -460,7 +479,7 @@ def test_reap_skips_rows_another_reaper_holds() -> None:
     held, free = leases.claim(None, "w1", 2)
     expire(held.job_id, free.job_id)
     with row_locked_elsewhere(held.job_id):
-        result = finishes_without_waiting(leases.reap)
+        result = finishes_without_waiting(reaper.reap)
     assert result == leases.ReapResult(retried=[free.job_id], dead=[])
 
 
@@ -596,7 +615,7 @@ class TestCancelRequests:
         stale = claim_one("w1")
         leases.request_cancel([stale.job_id], "ops")
         expire(stale.job_id)
-        assert leases.reap().retried == [stale.job_id]
+        assert reaper.reap().retried == [stale.job_id]
         Job.objects.filter(pk=stale.job_id).update(run_at=timezone.now())
         newer = claim_one("w2")
         assert leases.cancel_running(stale) is False

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from django_dbqueue.sql import UnsupportedDatabase, parse, statements
+from django_dbqueue.exceptions import UnsupportedDatabase
+from django_dbqueue.sql import parse, statements
 
 VENDORS = ("postgresql", "sqlite")
 #: The blocks only some vendors define: a worker connection's set-up, a single-row insert.

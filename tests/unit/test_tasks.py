@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from django_dbqueue import InvalidJob, task
+from django_dbqueue.exceptions import TaskNotFound
 from django_dbqueue.retry import Backoff
-from django_dbqueue.tasks import Task, TaskNotFound, binding_problem, load_task
+from django_dbqueue.tasks import Task, load_task
+from django_dbqueue.validation import binding_problem
 from tests import tasks
 
 

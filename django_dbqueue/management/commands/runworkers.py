@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_dbqueue import conf, durations
 from django_dbqueue.exceptions import InvalidJob
-from django_dbqueue.tasks import check_queue_name
+from django_dbqueue.validation import check_queue
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from django_dbqueue.worker.watchdog import WorkerBroken
 
@@ -97,14 +97,9 @@ class Command(BaseCommand):
         allowed = conf.get().queues
         for queue in queues or ():
             try:
-                check_queue_name(queue)
+                check_queue(queue, allowed)
             except InvalidJob as exc:
                 raise CommandError(f"--queue: {exc}") from exc
-            if allowed is not None and queue not in allowed:
-                raise CommandError(
-                    f"--queue {queue!r} is not in DBQUEUE['QUEUES'] {allowed}; "
-                    "serve one of those or add it there."
-                )
         for flag in ("--concurrency", "--max-jobs"):
             value = options[flag[2:].replace("-", "_")]
             if value is not None and not value > 0:
