@@ -31,16 +31,16 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.worker.announcer import Announcer
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
+from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.execute import Outcome, execute
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
 from django_dbqueue.worker.session import worker_session
-from django_dbqueue.worker.stats import WorkerStats
 from django_dbqueue.worker.watchdog import TICK, Watchdog, WorkerBroken
 
-log = logging.getLogger("django_dbqueue.worker")
+log = logging.getLogger(__name__)
 
 COUNTER_OF = {
     Outcome.SUCCEEDED: "succeeded",
@@ -76,7 +76,7 @@ class WorkerOptions:
 class Worker:
     """A worker process's machinery. ``run()`` blocks until it is told to stop.
 
-    ``stats`` holds the process's counters and its claim and run duration
+    ``counters`` holds the process's counters and its claim and run duration
     histograms while it runs and after.
     """
 
@@ -86,14 +86,14 @@ class Worker:
         self.queues = options.queues if options.queues is not None else cfg.queues
         self.worker_id = options.worker_id or default_worker_id()
         self.poll_interval = options.poll_interval or cfg.poll_interval
-        self.stats = WorkerStats()
+        self.counters = WorkerCounters()
         self.live = LiveJobs()
         self.stopping = threading.Event()  # stop claiming, drain
         self.stop_now = threading.Event()  # release whatever still runs
         self.wake = threading.Event()
         self._threads_stop = threading.Event()
         self.pool = JobPool(options.concurrency, self._run_job)
-        self.heartbeat = Heartbeat(self.live, self.stats, self._threads_stop)
+        self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
         self.completer = Completer(self._threads_stop, self._success_written)
         self.announcer = Announcer(self.wake.set)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
@@ -104,7 +104,7 @@ class Worker:
         self.periodic = threading.Thread(
             target=self._schedule_until_stopping, name="dbqueue-periodic", daemon=True
         )
-        self.watchdog = Watchdog(self._started_threads, self.pool, self.live, self.stats)
+        self.watchdog = Watchdog(self._started_threads, self.pool, self.live, self.counters)
         self._next_health_check = 0.0
 
     def run(self) -> None:
@@ -162,7 +162,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
                 self._wait(self.stopping, survival.failed(exc))
                 continue
-            self.stats.claim_duration.observe(time.monotonic() - started)
+            self.counters.claim_duration.observe(time.monotonic() - started)
             survival.succeeded()
             for lease in claimed:
                 self._start_job(lease)
@@ -232,15 +232,15 @@ class Worker:
         if self.pool.busy and free < max(1, concurrency // 4):
             free = 0
         if self.options.max_jobs is not None:
-            free = min(free, self.options.max_jobs - self.stats.claimed)
+            free = min(free, self.options.max_jobs - self.counters.claimed)
         return max(free, 0)
 
     def _done_with_max_jobs(self) -> bool:
         limit = self.options.max_jobs
-        return limit is not None and self.stats.claimed >= limit and not self.live
+        return limit is not None and self.counters.claimed >= limit and not self.live
 
     def _start_job(self, lease: leases.Lease) -> None:
-        self.stats.add("claimed")
+        self.counters.add("claimed")
         context = JobContext(lease)
         try:
             timeout = runnable.resolve(lease.task, lease.backend).timeout
@@ -271,8 +271,8 @@ class Worker:
         self.announcer.put(context.lease, outcome, time.monotonic() - started)
 
     def _count(self, outcome: Outcome, started: float) -> None:
-        self.stats.run_duration.observe(time.monotonic() - started)
-        self.stats.add(COUNTER_OF[outcome])
+        self.counters.run_duration.observe(time.monotonic() - started)
+        self.counters.add(COUNTER_OF[outcome])
 
     def _reap_forever(self) -> None:
         interval = conf.get().reaper_interval
@@ -309,7 +309,7 @@ class Worker:
         log.info(
             "worker stopped id=%s %s",
             self.worker_id,
-            " ".join(f"{name}={count}" for name, count in self.stats.snapshot().items()),
+            " ".join(f"{name}={count}" for name, count in self.counters.snapshot().items()),
         )
 
     def _release_unfinished(self) -> None:
@@ -335,7 +335,7 @@ class Worker:
         # Imported here: only a worker serving metrics needs prometheus-client.
         from django_dbqueue import metrics
 
-        server = metrics.serve(self.worker_id, self.stats, self.options.metrics_host, port)
+        server = metrics.serve(self.worker_id, self.counters, self.options.metrics_host, port)
         log.info("worker id=%s metrics at http://%s:%s/metrics", self.worker_id, *server.address)
         try:
             yield

@@ -527,7 +527,7 @@ class TestWorkerRunsFrameworkTasks:
         finally:
             task_finished.disconnect(explode)
         assert backend.get_result(enqueued.id).return_value == 2
-        assert worker.stats.snapshot()["succeeded"] == 1
+        assert worker.counters.snapshot()["succeeded"] == 1
         assert "receiver bug" in caplog.text
 
     def test_a_job_whose_task_is_not_a_framework_task_dies_task_not_found(

@@ -27,7 +27,7 @@ import django_dbqueue
 from django_dbqueue import metrics
 from django_dbqueue.metrics import WorkerCollector, prometheus_buckets, serve, worker_registry
 from django_dbqueue.stats import QueueStats
-from django_dbqueue.worker.stats import Histogram, WorkerStats
+from django_dbqueue.worker.counters import Histogram, WorkerCounters
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import tasks
 from tests.factories import JobFactory
@@ -204,7 +204,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
     worker = Worker(WorkerOptions(burst=True, worker_id="w-metrics"))
     worker.run()
     registry = CollectorRegistry()
-    registry.register(WorkerCollector(worker.worker_id, worker.stats))
+    registry.register(WorkerCollector(worker.worker_id, worker.counters))
 
     types, samples = parse(generate_latest(registry).decode())
 
@@ -239,10 +239,10 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
 class TestMetricsServer:
     def test_serves_worker_counters_and_queue_gauges_and_frees_the_port_on_close(self) -> None:
         JobFactory(queue="mail", dead=True)
-        stats = WorkerStats()
-        stats.add("claimed", 3)
-        stats.run_duration.observe(0.2)
-        server = serve("w-http", stats, "127.0.0.1", 0)
+        counters = WorkerCounters()
+        counters.add("claimed", 3)
+        counters.run_duration.observe(0.2)
+        server = serve("w-http", counters, "127.0.0.1", 0)
         host, port = server.address
         try:
             types, samples = parse(fetch(port))
@@ -271,7 +271,7 @@ class TestMetricsServer:
                 return int(cursor.fetchone()[0])
 
         before = backends()
-        server = serve("w-conn", WorkerStats(), "127.0.0.1", 0)
+        server = serve("w-conn", WorkerCounters(), "127.0.0.1", 0)
         try:
             for _ in range(5):
                 fetch(server.address[1])
@@ -286,10 +286,10 @@ class TestMetricsServer:
             raise OperationalError("connection refused")
 
         monkeypatch.setattr(metrics, "queue_stats", unreachable)
-        stats = WorkerStats()
-        stats.add("succeeded", 2)
+        counters = WorkerCounters()
+        counters.add("succeeded", 2)
         with caplog.at_level(logging.WARNING, logger="django_dbqueue.metrics"):
-            text = generate_latest(worker_registry("w-down", stats)).decode()
+            text = generate_latest(worker_registry("w-down", counters)).decode()
         types, samples = parse(text)
         assert not set(types) & set(QUEUE_GAUGES)
         assert value(samples, "dbqueue_worker_jobs_succeeded_total", worker_id="w-down") == 2
@@ -407,7 +407,7 @@ def test_the_worker_metrics_port_serves_a_flood_from_one_read(
 
     monkeypatch.setattr(metrics, "queue_stats", counted)
     JobFactory(queue="mail", dead=True)
-    server = serve("w-flood", WorkerStats(), "127.0.0.1", 0)
+    server = serve("w-flood", WorkerCounters(), "127.0.0.1", 0)
     try:
         bodies: list[str] = []
         scrapers = [

@@ -73,7 +73,7 @@ class Histogram:
 
 
 @dataclass
-class WorkerStats:
+class WorkerCounters:
     """What this process did since it started. Increments and observations are thread-safe.
 
     ``lost_lease_writes`` counts attempts whose outcome the database refused
