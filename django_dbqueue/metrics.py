@@ -85,8 +85,8 @@ WORKER_COUNTERS = {
         "dbqueue_worker_jobs_cancelled_total",
         "Attempts that stopped on a cancel request.",
     ),
-    "lost_lease_writes": (
-        "dbqueue_worker_lost_lease_writes_total",
+    "lease_lost": (
+        "dbqueue_worker_lease_lost_total",
         "Outcomes refused because the lease was lost.",
     ),
     "renew_failures": (

@@ -1,4 +1,5 @@
-"""One ``runworkers`` process: claimer, job pool, heartbeat, listener, reaper, periodic.
+"""One ``runworkers`` process: claimer, job pool, completer, reporter, heartbeat, listener, reaper,
+periodic.
 
 The main thread claims: it fills free slots with one batched claim, then
 waits for a wake-up (a commit on a served queue, a finished job) or the poll
@@ -26,17 +27,17 @@ from types import FrameType
 
 from django.db import connections
 
-from django_dbqueue import conf, leases, periodic, reaper, runnable
+from django_dbqueue import conf, leases, periodic, reaper
 from django_dbqueue.context import JobContext
-from django_dbqueue.worker.announcer import Announcer
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
 from django_dbqueue.worker.counters import WorkerCounters
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.execute import Resolved, execute, resolve
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
+from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
 from django_dbqueue.worker.session import worker_session
 from django_dbqueue.worker.watchdog import TICK, Watchdog, WorkerBroken
 
@@ -47,7 +48,7 @@ COUNTER_OF = {
     Outcome.RETRIED: "retried",
     Outcome.DEAD: "dead",
     Outcome.CANCELLED: "cancelled",
-    Outcome.LEASE_LOST: "lost_lease_writes",
+    Outcome.LEASE_LOST: "lease_lost",
     Outcome.UNRECORDED: "unrecorded",
 }
 
@@ -95,7 +96,7 @@ class Worker:
         self.pool = JobPool(options.concurrency, self._run_job)
         self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
         self.completer = Completer(self._threads_stop, self._success_written)
-        self.announcer = Announcer(self.wake.set)
+        self.reporter = OutcomeReporter(self.wake.set)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
@@ -120,7 +121,7 @@ class Worker:
             self.pool.start()
             self.heartbeat.start()
             self.completer.start()
-            self.announcer.start()
+            self.reporter.start()
             self.listener.start()
             if self.options.reaper:
                 self.reaper.start()
@@ -210,7 +211,7 @@ class Worker:
         return [
             self.heartbeat,
             self.completer,
-            self.announcer,
+            self.reporter,
             *(thread for thread in optional if thread.ident is not None),
             *self.pool.threads,
         ]
@@ -219,7 +220,7 @@ class Worker:
         """Free slots to claim for now: none while most slots are busy, so claims come in batches.
 
         A slot is free once its job's task returned, even while the completer
-        still writes its success; only a completer and announcer together more
+        still writes its success; only a completer and reporter together more
         than ``concurrency`` successes behind hold slots back, so at most twice
         ``concurrency`` jobs are the worker's at once. With jobs running, the
         claimer waits until a quarter of the slots are free (a finished job
@@ -227,7 +228,7 @@ class Worker:
         of one per job.
         """
         concurrency = self.options.concurrency
-        behind = self.completer.backlog + self.announcer.backlog
+        behind = self.completer.backlog + self.reporter.backlog
         free = self.pool.free - max(0, behind - concurrency)
         if self.pool.busy and free < max(1, concurrency // 4):
             free = 0
@@ -242,19 +243,16 @@ class Worker:
     def _start_job(self, lease: leases.Lease) -> None:
         self.counters.add("claimed")
         context = JobContext(lease)
-        try:
-            timeout = runnable.resolve(lease.task, lease.backend).timeout
-        except Exception:  # noqa: BLE001 - execute() resolves again and records why it failed.
-            timeout = None
-        self.live.add(context, timeout)
-        self.pool.submit(context)
+        task = resolve(lease)
+        self.live.add(context, None if isinstance(task, Exception) else task.timeout)
+        self.pool.submit(context, task)
 
-    def _run_job(self, context: JobContext) -> None:
+    def _run_job(self, context: JobContext, task: Resolved) -> None:
         """Run one job in a pool thread; a success is left to the completer to write."""
         started = time.monotonic()
         handed_over = False
         try:
-            outcome = execute(context.lease, context, self.completer.hand_over)
+            outcome = execute(context.lease, context, self.completer.hand_over, task)
             handed_over = outcome is Outcome.HANDED_OVER
             if not handed_over:
                 self._count(outcome, started)
@@ -264,11 +262,11 @@ class Worker:
             self.wake.set()
 
     def _success_written(self, context: JobContext, outcome: Outcome, started: float) -> None:
-        """The completer wrote (or gave up on) a success: count it, free it, announce it."""
+        """The completer wrote (or gave up on) a success: count it, free it, report it."""
         self._count(outcome, started)
         self.live.remove(context.job_id)
         self.wake.set()
-        self.announcer.put(context.lease, outcome, time.monotonic() - started)
+        self.reporter.put(context.lease, outcome, time.monotonic() - started)
 
     def _count(self, outcome: Outcome, started: float) -> None:
         self.counters.run_duration.observe(time.monotonic() - started)
@@ -299,7 +297,7 @@ class Worker:
         self.listener.close()
         self.heartbeat.close()
         self.completer.join(5)
-        self.announcer.close(5)
+        self.reporter.close(5)
         if self.reaper.is_alive():
             self.reaper.join(5)
         if self.periodic.is_alive():

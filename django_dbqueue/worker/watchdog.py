@@ -1,6 +1,6 @@
 """The watchdog: whether a worker process is still whole enough to claim jobs.
 
-A worker whose heartbeat, completer, announcer, reaper, listener, periodic
+A worker whose heartbeat, completer, reporter, reaper, listener, periodic
 scheduler or any job slot thread is gone, or whose every slot is stuck in a
 job that passed its ``timeout`` by more than a lease length, would look alive
 and do nothing useful (or worse: claim jobs it never runs). The claimer asks

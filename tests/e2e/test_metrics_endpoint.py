@@ -65,7 +65,7 @@ def test_worker_metrics_port_serves_its_counters_and_the_queue_gauges(
     assert samples[("dbqueue_worker_jobs_succeeded_total", me)] == 2
     assert samples[("dbqueue_worker_jobs_dead_total", me)] == 1
     assert samples[("dbqueue_worker_jobs_retried_total", me)] == 0
-    assert samples[("dbqueue_worker_lost_lease_writes_total", me)] == 0
+    assert samples[("dbqueue_worker_lease_lost_total", me)] == 0
     assert samples[("dbqueue_worker_renew_failures_total", me)] == 0
     assert samples[("dbqueue_worker_unrecorded_total", me)] == 0
     assert samples[("dbqueue_worker_run_duration_seconds_count", me)] == 3

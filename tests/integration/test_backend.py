@@ -35,7 +35,8 @@ from django_dbqueue.errors import BAD_ARGUMENTS, LEASE_EXPIRED, TASK_NOT_FOUND
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, PermanentError
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import backend_tasks, tasks
 from tests.factories import JobFactory

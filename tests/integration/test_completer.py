@@ -18,7 +18,7 @@ from django_dbqueue import leases
 from django_dbqueue.context import JobContext
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.completer import Completer
-from django_dbqueue.worker.execute import Outcome
+from django_dbqueue.worker.reporter import Outcome
 from tests import tasks
 
 WAIT = 30

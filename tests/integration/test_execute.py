@@ -29,7 +29,8 @@ from django_dbqueue.errors import (
     TASK_NOT_FOUND,
 )
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.reporter import Outcome
 from tests import execute_tasks, tasks
 from tests.factories import JobFactory
 

@@ -47,7 +47,7 @@ WORKER_COUNTERS = [
     "dbqueue_worker_jobs_retried_total",
     "dbqueue_worker_jobs_dead_total",
     "dbqueue_worker_jobs_cancelled_total",
-    "dbqueue_worker_lost_lease_writes_total",
+    "dbqueue_worker_lease_lost_total",
     "dbqueue_worker_renew_failures_total",
     "dbqueue_worker_unrecorded_total",
 ]
@@ -223,7 +223,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
         "dbqueue_worker_jobs_retried_total": 1,
         "dbqueue_worker_jobs_dead_total": 1,
         "dbqueue_worker_jobs_cancelled_total": 0,
-        "dbqueue_worker_lost_lease_writes_total": 0,
+        "dbqueue_worker_lease_lost_total": 0,
         "dbqueue_worker_renew_failures_total": 0,
         "dbqueue_worker_unrecorded_total": 0,
     }

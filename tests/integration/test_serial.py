@@ -23,7 +23,8 @@ from django.utils import timezone
 from django_dbqueue import InvalidJob, sql
 from django_dbqueue.leases import Lease, cancel, claim, complete, fail, release, requeue
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import serial_tasks, tasks
 from tests.testapp.models import Gate

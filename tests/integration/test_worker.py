@@ -10,8 +10,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_dbqueue import leases
+from django_dbqueue import leases, runnable
 from django_dbqueue.context import JobContext
+from django_dbqueue.errors import TASK_NOT_FOUND
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.heartbeat import Heartbeat
@@ -41,6 +42,22 @@ class TestWorkerInProcess:
         assert Job.objects.ready().count() == 1
         assert worker.counters.snapshot()["claimed"] == 30
         assert worker.counters.snapshot()["succeeded"] == 30
+
+    def test_each_job_s_task_is_resolved_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = runnable.resolve
+        resolved: list[str] = []
+
+        def counted(task: str, backend: str | None) -> runnable.Runnable:
+            resolved.append(task)
+            return real(task, backend)
+
+        monkeypatch.setattr(runnable, "resolve", counted)
+        tasks.noop.enqueue_many([((), {})] * 3)
+        JobFactory(task="tests.tasks.no_such_task")
+        Worker(WorkerOptions(burst=True, concurrency=2)).run()
+        assert Job.objects.succeeded().count() == 3
+        assert Job.objects.get(state=JobState.DEAD).last_error_code == TASK_NOT_FOUND
+        assert len(resolved) == 4
 
     def test_outcomes_are_counted(self) -> None:
         tasks.noop.enqueue()

@@ -82,7 +82,7 @@ def test_snapshot_still_returns_exactly_the_counters() -> None:
         "retried": 0,
         "dead": 0,
         "cancelled": 0,
-        "lost_lease_writes": 0,
+        "lease_lost": 0,
         "unrecorded": 0,
         "renew_failures": 1,
     }
