@@ -16,9 +16,10 @@ from django.urls import reverse
 from django_dbqueue import leases
 from django_dbqueue.errors import CANCELLED
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import WorkerProcess, open_gate, wait_until
+from tests.e2e.conftest import WorkerProcess, open_gate
 from tests.e2e.tasks import ignores_cancel, stops_when_cancelled
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 

@@ -20,7 +20,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count
 
 from django_dbqueue import Job, JobState
-from tests.e2e.conftest import WorkerProcess, open_gate, wait_until
+from tests.e2e.conftest import WorkerProcess, open_gate
 from tests.e2e.e2ecrash_tasks import (
     QUICK_RETRY,
     always_fails,
@@ -30,6 +30,7 @@ from tests.e2e.e2ecrash_tasks import (
 )
 from tests.e2e.tasks import gated, recorded
 from tests.testapp.models import Effect, Execution
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 

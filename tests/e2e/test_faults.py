@@ -19,7 +19,7 @@ from django.utils import timezone
 from django_dbqueue import Job, JobState
 from django_dbqueue.durations import MAX_DELAY
 from django_dbqueue.errors import LEASE_EXPIRED, RETRY, TASK_ABORTED
-from tests.e2e.conftest import WorkerProcess, wait_until
+from tests.e2e.conftest import WorkerProcess
 from tests.e2e.e2efaults_tasks import (
     asks_retry,
     cancelled,
@@ -31,6 +31,7 @@ from tests.e2e.e2efaults_tasks import (
 from tests.e2e.tasks import recorded
 from tests.factories import JobFactory
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 

@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_dbqueue.models import Job, JobState
 from tests import tasks
-from tests.e2e.conftest import WorkerProcess, wait_until
+from tests.e2e.conftest import WorkerProcess
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -23,8 +23,9 @@ import pytest
 from django.utils import timezone
 
 from django_dbqueue.models import Job, PeriodicSlot
-from tests.e2e.conftest import ROOT, WorkerProcess, wait_until
+from tests.e2e.conftest import ROOT, WorkerProcess
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 #: Every second: slots come fast enough for a short test.
 CRON = "* * * * * *"

@@ -24,11 +24,12 @@ from django.db.models import Max
 from pytest_django.fixtures import Settings
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import WAIT, WorkerProcess, open_gate, wait_until
+from tests.e2e.conftest import WorkerProcess, open_gate
 from tests.e2e.e2efaults_tasks import paced, paced_short_lease
 from tests.e2e.tasks import gated, recorded
 from tests.factories import JobFactory
 from tests.testapp.models import Execution
+from tests.waiting import WAIT, wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 

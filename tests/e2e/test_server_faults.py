@@ -18,10 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from django_dbqueue import Job, JobState
-from tests.e2e.conftest import ROOT, WAIT, WorkerProcess, open_gate, wait_until
+from tests.e2e.conftest import ROOT, WorkerProcess, open_gate
 from tests.e2e.e2efaults_tasks import announced_after_gate, quick
 from tests.e2e.servers import LostReplyProxy, PrivatePostgres
 from tests.testapp.models import Execution
+from tests.waiting import WAIT, wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
@@ -26,6 +25,7 @@ from django_dbqueue.signals import jobs_committed
 from tests.enqueue_tasks import echo
 from tests.tasks import noop, send_invoice
 from tests.testapp.models import Order
+from tests.waiting import wait_until
 
 WAIT = 10  # seconds any thread, event or poll may take before the test fails
 QUIET = 0.2  # seconds to listen for a notification that must not arrive
@@ -595,15 +595,16 @@ class TestDedupe:
 
 def wait_until_blocked_on_a_lock(pid: int) -> None:
     """Poll until PostgreSQL backend ``pid`` waits for a lock (its INSERT met the other's row)."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
+
+    def waits_for_a_lock() -> bool:
         with connection.cursor() as cursor:
             cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
             row = cursor.fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.01)  # pause between polls; the deadline bounds the wait
-    raise AssertionError(f"backend {pid} never blocked on the first transaction's row")
+        return row is not None and row[0] == "Lock"
+
+    wait_until(
+        waits_for_a_lock, WAIT, f"backend {pid} to block on the first transaction's row", 0.01
+    )
 
 
 # --- subject= -------------------------------------------------------------------------------

@@ -6,11 +6,9 @@ import logging
 import socket
 import sys
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import prometheus_client
 import pytest
@@ -31,6 +29,7 @@ from django_dbqueue.worker.counters import Histogram, WorkerCounters
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import tasks
 from tests.factories import JobFactory
+from tests.waiting import wait_until
 
 QUEUE_GAUGES = [
     "dbqueue_queue_ready_jobs",
@@ -84,15 +83,6 @@ def free_port() -> int:
 def fetch(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return str(response.read().decode())
-
-
-def poll(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return result
 
 
 def refused(port: int) -> bool:
@@ -277,7 +267,7 @@ class TestMetricsServer:
                 fetch(server.address[1])
         finally:
             server.close()
-        poll(lambda: backends() == before, 10, f"{before} backends again, not {backends()}")
+        wait_until(lambda: backends() == before, 10, f"{before} backends again, not {backends()}")
 
     def test_database_error_leaves_out_the_queue_gauges_but_serves_the_counters(
         self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -315,7 +305,7 @@ class TestMetricsServer:
                 gauge = samples.get(("dbqueue_queue_succeeded_last_hour", (("queue", "default"),)))
                 return samples if done == 3 and gauge == 3 else None
 
-            samples = poll(scraped_after_three_jobs, 30, "three succeeded jobs in /metrics")
+            samples = wait_until(scraped_after_three_jobs, 30, "three succeeded jobs in /metrics")
         finally:
             worker.stop()
             thread.join(30)

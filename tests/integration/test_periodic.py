@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -26,6 +25,7 @@ from django_dbqueue.periodic import Schedule, Scheduler, enqueue_due
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests.periodic_tasks import nightly, report, tick
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 UTC = dt_timezone.utc
 NOON = datetime(2025, 3, 3, 12, 0, tzinfo=UTC)
@@ -402,13 +402,6 @@ def running_worker() -> Iterator[Callable[..., Worker]]:
         assert not thread.is_alive()
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.django_db(transaction=True)
 class TestWorker:
     def test_a_running_worker_enqueues_each_due_slot_once_and_runs_it(
@@ -416,7 +409,9 @@ class TestWorker:
     ) -> None:
         every("* * * * * *", task=tick)
         worker = running_worker(poll_interval=0.1, concurrency=2)
-        wait_for(lambda: Job.objects.succeeded().count() >= 2, "two periodic jobs to succeed")
+        wait_until(
+            lambda: Job.objects.succeeded().count() >= 2, WAIT, "two periodic jobs to succeed"
+        )
         worker.stop()
         slots = [slot_of(job) for job in Job.objects.all()]
         assert len(slots) == len(set(slots))
@@ -448,7 +443,7 @@ class TestWorker:
         monkeypatch.setattr(Scheduler, "enqueue_due", flaky)
         with caplog.at_level(logging.WARNING, logger="django_dbqueue"):
             running_worker(poll_interval=0.1)
-            wait_for(lambda: Job.objects.exists(), "a periodic job after the error")
+            wait_until(lambda: Job.objects.exists(), WAIT, "a periodic job after the error")
         assert (
             "periodic scheduling failed (connection lost), retrying until it recovers"
             in caplog.text
