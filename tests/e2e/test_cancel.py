@@ -1,4 +1,4 @@
-"""Cooperative cancel of running jobs with a real ``runworkers`` process (issue 12).
+"""Cooperative cancel of running jobs with a real ``runworkers`` process.
 
 An operator's ``request_cancel`` reaches the task through the worker's heartbeat
 (the renew statement reports the mark): a task that honours it ends

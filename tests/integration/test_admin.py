@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -28,6 +29,8 @@ from django_dbqueue.models import Job, JobState
 from tests import tasks
 from tests.factories import JobFactory
 from tests.testapp.models import Order
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -237,7 +240,7 @@ class TestListPage:
         mixed(97)
         with django_assert_max_num_queries(len(small)) as big:
             assert len(listed(admin_client.get(CHANGELIST))) == 100
-        print(f"job list page: {len(small)} queries for 3 jobs, {len(big)} for 100 jobs")
+        logger.info(f"job list page: {len(small)} queries for 3 jobs, {len(big)} for 100 jobs")
         assert len(big) == len(small)
 
 

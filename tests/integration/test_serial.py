@@ -1,4 +1,4 @@
-"""Per-key serial execution in the claim, and ``async def`` tasks (issue 5, items 4 and 2).
+"""Per-key serial execution in the claim, and ``async def`` tasks.
 
 Jobs sharing a ``serial_key`` are claimed one at a time in enqueue (id)
 order: a job waits while an earlier job with its key is ``ready`` or
@@ -9,6 +9,7 @@ job's thread, so two of them in two slots run at once.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests import serial_tasks, tasks
 from tests.testapp.models import Gate
+
+logger = logging.getLogger(__name__)
 
 WAIT = 30.0  # seconds any thread may take before the test fails
 LATER = timedelta(minutes=5)
@@ -306,9 +309,9 @@ def test_serial_claim_reads_the_ready_index_and_probes_keys_through_the_serial_i
         transaction.set_rollback(True)
     claimed = analyzed["Plan"]["Actual Rows"]
     probed, held_back = probes(analyzed)
-    # The figures the issue asks to see (pytest -s shows them).
-    print(
-        f"\nserial claim queues={queues}: {analyzed['Execution Time']:.2f} ms, {claimed} jobs "
+    # The claim's cost in figures (logged at INFO: --log-cli-level=INFO shows them).
+    logger.info(
+        f"serial claim queues={queues}: {analyzed['Execution Time']:.2f} ms, {claimed} jobs "
         f"claimed, {probed} key probes found {held_back} held back; {2 * BACKLOG} rows"
     )
     assert claimed == 10
