@@ -7,7 +7,6 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from django_dbqueue import leases, runnable
@@ -182,25 +181,3 @@ class TestHeartbeat:
     def test_interval_is_a_third_of_the_shortest_lease(self) -> None:
         live, _ = live_job()
         assert Heartbeat(live, WorkerCounters(), threading.Event()).interval() == pytest.approx(10)
-
-
-@pytest.mark.django_db
-class TestPurgeCommand:
-    def test_dry_run_counts_and_deletes_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
-        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
-        call_command("dbqueue_purge", "--dry-run")
-        assert "would delete 1 finished job(s)" in capsys.readouterr().out
-        assert Job.objects.count() == 1
-
-    def test_purge_deletes_old_finished_jobs(self, capsys: pytest.CaptureFixture[str]) -> None:
-        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
-        JobFactory(state=JobState.READY)
-        call_command("dbqueue_purge", "--batch-size", "10")
-        assert "deleted 1 finished job(s)" in capsys.readouterr().out
-        assert Job.objects.count() == 1
-
-    def test_a_batch_size_below_one_is_a_command_error(self) -> None:
-        from django.core.management import CommandError
-
-        with pytest.raises(CommandError, match="--batch-size"):
-            call_command("dbqueue_purge", "--batch-size", "0")

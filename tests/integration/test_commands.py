@@ -1,4 +1,5 @@
-"""``dbqueue_requeue`` and ``dbqueue_cancel``: selectors, --dry-run, counts, mistakes."""
+"""The operator commands: ``dbqueue_requeue`` and ``dbqueue_cancel`` (selectors, --dry-run,
+counts, mistakes) and ``dbqueue_purge``."""
 
 from __future__ import annotations
 
@@ -142,3 +143,20 @@ class TestCancelCommand:
         with pytest.raises(CommandError, match="Name the jobs"):
             run("dbqueue_cancel")
         assert set(states().values()) == {JobState.READY}
+
+
+class TestPurge:
+    def test_dry_run_counts_and_deletes_nothing(self) -> None:
+        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
+        assert "would delete 1 finished job(s)" in run("dbqueue_purge", "--dry-run")
+        assert Job.objects.count() == 1
+
+    def test_purge_deletes_old_finished_jobs(self) -> None:
+        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
+        JobFactory(state=JobState.READY)
+        assert "deleted 1 finished job(s)" in run("dbqueue_purge", "--batch-size", "10")
+        assert Job.objects.count() == 1
+
+    def test_a_batch_size_below_one_is_a_command_error(self) -> None:
+        with pytest.raises(CommandError, match="--batch-size"):
+            run("dbqueue_purge", "--batch-size", "0")
