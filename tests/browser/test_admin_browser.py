@@ -47,7 +47,7 @@ def dead_job_with_history() -> Job:
     ]
     return JobFactory(
         dead=True,
-        task="tests.tasks.charge_card",
+        task="tests.jobs.tasks.charge_card",
         queue="payments",
         last_error=TRACEBACK,
         errors=history,

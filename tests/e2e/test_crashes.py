@@ -22,14 +22,14 @@ from django.db.models import Count
 
 from django_dbqueue import Job, JobState
 from tests.e2e.conftest import WorkerProcess, open_gate
-from tests.e2e.e2ecrash_tasks import (
+from tests.jobs.crash_tasks import (
     QUICK_RETRY,
     always_fails,
     applies_effect_once,
     gated_reporting_worker,
     stuck_past_timeout,
 )
-from tests.e2e.tasks import gated, recorded
+from tests.jobs.e2e_tasks import gated, recorded
 from tests.testapp.models import Effect, Execution
 from tests.waiting import wait_until
 

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_dbqueue.models import Job, JobState
-from tests import tasks
 from tests.e2e.conftest import WorkerProcess
+from tests.jobs import tasks
 from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]

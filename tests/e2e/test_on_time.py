@@ -13,7 +13,7 @@ import pytest
 
 from django_dbqueue.models import Job, JobState
 from tests.e2e.conftest import WorkerProcess
-from tests.e2e.tasks import recorded, retried_once
+from tests.jobs.e2e_tasks import recorded, retried_once
 from tests.testapp.models import Execution
 from tests.waiting import wait_until
 

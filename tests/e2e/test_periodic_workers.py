@@ -32,13 +32,13 @@ logger = logging.getLogger(__name__)
 
 #: Every second: slots come fast enough for a short test.
 CRON = "* * * * * *"
-TASK = "tests.periodic_tasks.tick"
+TASK = "tests.jobs.periodic_tasks.tick"
 ONE_SECOND = timedelta(seconds=1)
 LAUNCH = (
     "import sys, django\n"
     "django.setup()\n"
     "from django_dbqueue.periodic import periodic\n"
-    "from tests.periodic_tasks import tick\n"
+    "from tests.jobs.periodic_tasks import tick\n"
     "periodic(sys.argv[1])(tick)\n"
     "from django.core.management import execute_from_command_line\n"
     "execute_from_command_line(['django-admin', 'runworkers', *sys.argv[2:]])\n"

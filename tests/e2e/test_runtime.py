@@ -26,9 +26,9 @@ from pytest_django.fixtures import Settings
 
 from django_dbqueue.models import Job, JobState
 from tests.e2e.conftest import WorkerProcess, open_gate
-from tests.e2e.e2efaults_tasks import paced, paced_short_lease
-from tests.e2e.tasks import gated, recorded
 from tests.factories import JobFactory
+from tests.jobs.e2e_tasks import gated, recorded
+from tests.jobs.faults_tasks import paced, paced_short_lease
 from tests.testapp.models import Execution
 from tests.waiting import WAIT, wait_until
 

@@ -15,7 +15,7 @@ import pytest
 
 from django_dbqueue import Job
 from tests.e2e.conftest import WorkerProcess
-from tests.e2e.serial_e2e_tasks import serial_step
+from tests.jobs.serial_e2e_tasks import serial_step
 from tests.testapp.models import Execution
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ def big_backlog() -> None:
                 "INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,"
                 " attempts, max_attempts, lease_token, lease_seconds, created_at, finished_at,"
                 " last_worker_id, last_error_code, last_error, errors)"
-                " SELECT ELT(1 + n %% 3, 'default', 'mail', 'reports'), 'tests.tasks.noop',"
+                " SELECT ELT(1 + n %% 3, 'default', 'mail', 'reports'), 'tests.jobs.tasks.noop',"
                 " '[]', '{}', %s, n %% 5, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE,"
                 f" 0, 5, 0, 60, UTC_TIMESTAMP(6), {finished}, '', '', '', '[]'"
                 f" FROM ({NUMBERS}) AS numbers",

@@ -19,7 +19,7 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.reporter import Outcome
-from tests import tasks
+from tests.jobs import tasks
 from tests.waiting import wait_until
 
 WAIT = 30

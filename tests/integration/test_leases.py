@@ -18,8 +18,8 @@ from pytest_django import Settings
 from django_dbqueue import leases, sql
 from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
 from django_dbqueue.models import Job, JobState
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
 
 WAIT = 30  # seconds any thread may take before the test fails
 T = TypeVar("T")
@@ -100,7 +100,7 @@ class TestClaim:
         tasks.send_invoice.enqueue(42, copy=True)
         lease = claim_one()
         assert (lease.task, lease.args, lease.kwargs) == (
-            "tests.tasks.send_invoice",
+            "tests.jobs.tasks.send_invoice",
             [42],
             {"copy": True},
         )
@@ -492,7 +492,7 @@ class TestOperatorTransitions:
 
     def test_requeue_revives_one_of_several_dead_jobs_sharing_a_dedupe_key(self) -> None:
         first, second, third = (JobFactory(dead=True, dedupe_key="k") for _ in range(3))
-        other_task = JobFactory(dead=True, dedupe_key="k", task="tests.tasks.flaky")
+        other_task = JobFactory(dead=True, dedupe_key="k", task="tests.jobs.tasks.flaky")
         plain = JobFactory(dead=True)
         selected = [third.pk, second.pk, first.pk, other_task.pk, plain.pk]
         result = leases.requeue_report(selected, 1, actor="alice")

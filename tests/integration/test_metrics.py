@@ -27,8 +27,8 @@ from django_dbqueue.metrics import WorkerCollector, prometheus_buckets, serve, w
 from django_dbqueue.stats import QueueStats
 from django_dbqueue.worker.counters import Histogram, WorkerCounters
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
 from tests.waiting import wait_until
 
 QUEUE_GAUGES = [

@@ -23,7 +23,7 @@ from django_dbqueue import InvalidJob, dashboard, periodic
 from django_dbqueue.models import Job, PeriodicSlot
 from django_dbqueue.periodic import Schedule, Scheduler, enqueue_due
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests.periodic_tasks import nightly, report, tick
+from tests.jobs.periodic_tasks import nightly, report, tick
 from tests.testapp.models import Execution
 from tests.waiting import wait_until
 
@@ -125,7 +125,7 @@ class TestDeclaring:
             "0 3 * * *", queue="mail", timezone="Europe/Paris", args=("us",), kwargs={"full": True}
         )(report)
         assert decorated is report
-        schedule = registry["tests.periodic_tasks.report"]
+        schedule = registry["tests.jobs.periodic_tasks.report"]
         assert (schedule.task, schedule.cron, schedule.timezone_name) == (
             report,
             "0 3 * * *",
@@ -152,7 +152,7 @@ class TestDeclaring:
     def test_a_bad_cron_expression_is_refused_at_declaration(self, cron: Any, reason: str) -> None:
         with pytest.raises(InvalidJob, match=reason) as info:
             periodic.periodic(cron)(report)
-        assert "tests.periodic_tasks.report" in str(info.value)
+        assert "tests.jobs.periodic_tasks.report" in str(info.value)
         assert periodic.schedules() == []
 
     @pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "", "../etc/passwd", 2])
@@ -237,7 +237,7 @@ class TestEnqueueDue:
         (job,) = enqueue_due(NOON)
         job.refresh_from_db()
         assert (job.task, job.queue, job.args, job.kwargs) == (
-            "tests.periodic_tasks.report",
+            "tests.jobs.periodic_tasks.report",
             "mail",
             ["us"],
             {"full": True},
@@ -297,7 +297,10 @@ class TestEnqueueDue:
         with caplog.at_level(logging.ERROR, logger="django_dbqueue.periodic"):
             (job,) = enqueue_due(NOON)
         assert job.task == fine.name
-        assert "periodic task=tests.periodic_tasks.nightly slot=2025-03-03T12:00:00" in caplog.text
+        assert (
+            "periodic task=tests.jobs.periodic_tasks.nightly slot=2025-03-03T12:00:00"
+            in caplog.text
+        )
         assert "not in DBQUEUE['QUEUES']" in caplog.text
         assert PeriodicSlot.objects.get(task=blocked.name).last_slot == NOON - timedelta(minutes=5)
 
@@ -534,12 +537,12 @@ class TestHealthView:
         response = admin_client.get(CHANGELIST)
         assert response.status_code == 200
         table = ScheduleTable(response.content.decode())
-        name, cron, zone, queue, last, upcoming = table.rows["tests.periodic_tasks.nightly"]
+        name, cron, zone, queue, last, upcoming = table.rows["tests.jobs.periodic_tasks.nightly"]
         assert (cron, zone, queue) == ("0 0 1 1 *", "Europe/Paris", "reports")
         assert last == f"{recorded.slot_at(now):%Y-%m-%d %H:%M:%S} UTC"
         assert upcoming.startswith(f"{recorded.next_after(now):%Y-%m-%d %H:%M:%S} UTC (in ")
         assert "dbqueue-overdue" not in table.classes[name]
-        unseen = table.rows["tests.periodic_tasks.report"]
+        unseen = table.rows["tests.jobs.periodic_tasks.report"]
         assert unseen[1:4] == ["0 3 * * *", "UTC", "mail"]
         assert "no worker has seen this schedule yet" in unseen[4]
-        assert "dbqueue-overdue" in table.classes["tests.periodic_tasks.report"]
+        assert "dbqueue-overdue" in table.classes["tests.jobs.periodic_tasks.report"]

@@ -27,7 +27,7 @@ from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.execute import execute
 from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import serial_tasks, tasks
+from tests.jobs import serial_tasks, tasks
 from tests.testapp.models import Gate
 
 logger = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ def serial_backlog() -> None:
             INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,
                 attempts, max_attempts, lease_token, lease_seconds, created_at, finished_at,
                 serial_key, last_error_code, last_error, errors)
-            SELECT (ARRAY['default', 'mail', 'reports'])[1 + n %% 3], 'tests.tasks.noop',
+            SELECT (ARRAY['default', 'mail', 'reports'])[1 + n %% 3], 'tests.jobs.tasks.noop',
                 '[]', '{}', CASE WHEN n %% 2 = 0 THEN 'ready' ELSE 'succeeded' END,
                 n * 5 / (%s + 1), now() - interval '1 minute',
                 CASE WHEN n %% 2 = 0 THEN 0 ELSE 1 END, 5,

@@ -17,8 +17,8 @@ from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
 
 
 def live_job(timeout: float | None = None) -> tuple[LiveJobs, JobContext]:
@@ -52,7 +52,7 @@ class TestWorkerInProcess:
 
         monkeypatch.setattr(runnable, "resolve", counted)
         tasks.noop.enqueue_many([((), {})] * 3)
-        JobFactory(task="tests.tasks.no_such_task")
+        JobFactory(task="tests.jobs.tasks.no_such_task")
         Worker(WorkerOptions(burst=True, concurrency=2)).run()
         assert Job.objects.succeeded().count() == 3
         assert Job.objects.get(state=JobState.DEAD).last_error_code == TASK_NOT_FOUND

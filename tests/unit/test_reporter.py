@@ -15,7 +15,9 @@ from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
 
 
 def lease(job_id: int) -> Lease:
-    return Lease(job_id, 1, "w1", "tests.tasks.noop", [], {}, 1, 5, timezone.now(), 30, "default")
+    return Lease(
+        job_id, 1, "w1", "tests.jobs.tasks.noop", [], {}, 1, 5, timezone.now(), 30, "default"
+    )
 
 
 @pytest.fixture
