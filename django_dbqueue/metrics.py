@@ -2,7 +2,7 @@
 
 Import this module only where metrics are wanted: it needs ``prometheus-client``
 (``pip install "django-dbqueue[prometheus]"``). Worker samples are read at scrape
-time from its ``WorkerStats``; the queue gauges from ``queue_stats()`` at most once
+time from its ``WorkerCounters``; the queue gauges from ``queue_stats()`` at most once
 per ``QUEUE_STATS_TTL`` seconds, however many scrapes come in. Nothing is
 registered in prometheus_client's global registry, so a project's own metrics
 never clash.
@@ -29,7 +29,7 @@ from django.views.decorators.http import require_GET
 
 from django_dbqueue import conf
 from django_dbqueue.stats import QueueStats, queue_stats
-from django_dbqueue.worker.stats import HistogramSnapshot, WorkerStats
+from django_dbqueue.worker.counters import HistogramSnapshot, WorkerCounters
 
 INSTALL_HINT = (
     'django_dbqueue.metrics needs prometheus-client: pip install "django-dbqueue[prometheus]".'
@@ -75,7 +75,7 @@ QUEUE_GAUGES = {
         "Seconds the oldest due ready job has waited; 0 when none waits.",
     ),
 }
-#: ``WorkerStats`` counter -> (counter name, help), labelled ``worker_id``.
+#: ``WorkerCounters`` counter -> (counter name, help), labelled ``worker_id``.
 WORKER_COUNTERS = {
     "claimed": ("dbqueue_worker_jobs_claimed_total", "Jobs this worker claimed."),
     "succeeded": ("dbqueue_worker_jobs_succeeded_total", "Attempts that succeeded."),
@@ -85,8 +85,8 @@ WORKER_COUNTERS = {
         "dbqueue_worker_jobs_cancelled_total",
         "Attempts that stopped on a cancel request.",
     ),
-    "lost_lease_writes": (
-        "dbqueue_worker_lost_lease_writes_total",
+    "lease_lost": (
+        "dbqueue_worker_lease_lost_total",
         "Outcomes refused because the lease was lost.",
     ),
     "renew_failures": (
@@ -98,7 +98,7 @@ WORKER_COUNTERS = {
         "Outcomes never written (database unreachable); the reaper recovers those jobs.",
     ),
 }
-#: ``WorkerStats`` histogram -> (histogram name, help), labelled ``worker_id``.
+#: ``WorkerCounters`` histogram -> (histogram name, help), labelled ``worker_id``.
 WORKER_HISTOGRAMS = {
     "claim_duration": (
         "dbqueue_worker_claim_duration_seconds",
@@ -194,25 +194,25 @@ def with_configured_queues(stats: dict[str, QueueStats]) -> dict[str, QueueStats
 class WorkerCollector:
     """One worker's counters and duration histograms, labelled with its ``worker_id``."""
 
-    def __init__(self, worker_id: str, stats: WorkerStats) -> None:
+    def __init__(self, worker_id: str, counters: WorkerCounters) -> None:
         self.worker_id = worker_id
-        self.stats = stats
+        self.counters = counters
 
     def collect(self) -> Iterator[Metric]:
-        counts = self.stats.snapshot()
+        counts = self.counters.snapshot()
         for counter, (name, help_text) in WORKER_COUNTERS.items():
             family = CounterMetricFamily(name, help_text, labels=["worker_id"])
             family.add_metric([self.worker_id], counts[counter])
             yield family
         for attribute, (name, help_text) in WORKER_HISTOGRAMS.items():
-            histogram = getattr(self.stats, attribute).snapshot()
+            histogram = getattr(self.counters, attribute).snapshot()
             durations = HistogramMetricFamily(name, help_text, labels=["worker_id"])
             durations.add_metric([self.worker_id], prometheus_buckets(histogram), histogram.sum)
             yield durations
         yield from self._health()
 
     def _health(self) -> Iterator[Metric]:
-        threads_alive, hung_slots = self.stats.health()
+        threads_alive, hung_slots = self.counters.health()
         alive = GaugeMetricFamily(
             "dbqueue_worker_thread_alive",
             "1 while the worker thread runs, 0 once it is gone (the worker then exits).",
@@ -246,10 +246,10 @@ def queue_registry(*, own_connection: bool = False) -> CollectorRegistry:
     return registry
 
 
-def worker_registry(worker_id: str, stats: WorkerStats) -> CollectorRegistry:
+def worker_registry(worker_id: str, counters: WorkerCounters) -> CollectorRegistry:
     """A private registry with a worker's counters and histograms plus the queue gauges."""
     registry = queue_registry(own_connection=True)
-    registry.register(WorkerCollector(worker_id, stats))
+    registry.register(WorkerCollector(worker_id, counters))
     return registry
 
 
@@ -288,13 +288,13 @@ class MetricsServer:
         self.thread.join(5)
 
 
-def serve(worker_id: str, stats: WorkerStats, host: str, port: int) -> MetricsServer:
+def serve(worker_id: str, counters: WorkerCounters, host: str, port: int) -> MetricsServer:
     """Serve a worker's metrics and the queue gauges at ``http://host:port/metrics``.
 
     Port 0 picks a free port (read it from ``.address``). A port in use or an
     unknown host raises ``ImproperlyConfigured`` saying so.
     """
-    registry = worker_registry(worker_id, stats)
+    registry = worker_registry(worker_id, counters)
     try:
         server, thread = start_http_server(port, host, registry=registry)
     except OSError as exc:

@@ -19,12 +19,27 @@ if TYPE_CHECKING:
 
 
 class JobState(models.TextChoices):
-    """The lifecycle states, identical in code, database, admin and logs."""
+    """The lifecycle states, identical in code, database, admin and logs.
 
+    ``ready`` and ``running`` are active (at most one active job per
+    ``(task, dedupe_key)``); the other three are terminal, the only states
+    ``finished_at`` is set in and the only ones any path ever deletes.
+    """
+
+    #: Waiting to run, with no worker and no lease: claimable once ``run_at`` has passed (a job
+    #: with a ``serial_key`` also waits for the earlier active jobs of its key).
     READY = "ready"
+    #: Leased to ``worker_id`` until ``lease_until`` (database clock) under ``lease_token``;
+    #: only that lease may settle or release it; an expired lease is the reaper's to retry or end.
     RUNNING = "running"
+    #: Terminal: the task returned and its JSON result is stored; never runs again.
     SUCCEEDED = "succeeded"
+    #: Terminal: a permanent failure or the attempt budget spent; kept with its error
+    #: history until an operator requeues it (same id and idempotency key) or
+    #: ``DEAD_RETENTION`` deletes it.
     DEAD = "dead"
+    #: Terminal: cancelled while ready, or stopped on a cancel request while running;
+    #: never runs again.
     CANCELLED = "cancelled"
 
 

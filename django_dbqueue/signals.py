@@ -21,10 +21,10 @@ jobs_committed = Signal()
 job_started = Signal()
 
 #: Sent by the worker once the outcome of an attempt is written to the job (a
-#: success from the worker's announcer thread, other outcomes from the job's),
+#: success from the worker's reporter thread, other outcomes from the job's),
 #: with ``lease`` (the attempt's ``Lease``) and ``outcome`` (``"succeeded"``,
 #: ``"retried"`` or ``"dead"``): once per attempt, the hook for attempts. A
-#: failed attempt is announced inside the handler of its exception, so
+#: failed attempt is reported inside the handler of its exception, so
 #: ``sys.exc_info()`` holds it. Not sent when the write was refused (lease
 #: lost) or never happened (database unreachable), nor for a job the reaper
 #: retries or makes dead. A receiver that raises is logged and does not

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from tests import tasks
+from tests.jobs import tasks
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,7 +15,7 @@ class JobFactory(DjangoModelFactory[Job]):
     class Meta:
         model = Job
 
-    task = "tests.tasks.noop"
+    task = "tests.jobs.tasks.noop"
     run_at = factory.LazyFunction(now)
     created_at = factory.LazyFunction(now)
 

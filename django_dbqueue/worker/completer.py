@@ -26,14 +26,15 @@ from dataclasses import dataclass
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
-from django_dbqueue.worker.connections import Survival, recover
-from django_dbqueue.worker.execute import (
+from django_dbqueue.worker.connections import (
     WRITE_RETRY,
-    Outcome,
+    Survival,
     log_unrecorded,
+    recover,
     worth_retrying,
 )
 from django_dbqueue.worker.faults import classify
+from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.session import worker_session
 
 log = logging.getLogger(__name__)

@@ -1,19 +1,26 @@
-"""Database connection hygiene for the worker's long-lived threads, and how their loops survive."""
+"""Database connection hygiene for the worker's long-lived threads, how their loops survive,
+and how long a job's outcome write is retried while the database is unreachable."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
 from django_dbqueue import conf
+from django_dbqueue.context import JobContext
 from django_dbqueue.retry import Backoff
 from django_dbqueue.worker import session
 from django_dbqueue.worker.faults import Fault, classify
+from django_dbqueue.worker.reporter import Outcome
 
 log = logging.getLogger(__name__)
+
+#: Pauses between tries to write an outcome while the database is unreachable.
+WRITE_RETRY = Backoff(base=0.2, factor=2, cap=5)
 
 
 def close_queue_connection() -> None:
@@ -129,3 +136,24 @@ def repeat(
             pause = interval
     finally:
         connections.close_all()
+
+
+def worth_retrying(context: JobContext, give_up_at: float, pause: float) -> bool:
+    """Whether a failed outcome write should be tried again after ``pause`` seconds.
+
+    Writes are retried until ``give_up_at`` (monotonic; one lease length after
+    the first try), and not once the lease is known to be lost.
+    """
+    return not context.lease_lost.is_set() and time.monotonic() + pause <= give_up_at
+
+
+def log_unrecorded(context: JobContext, outcome: Outcome, exc: Exception) -> None:
+    """Log, with its traceback, an outcome given up on: the reaper recovers the job."""
+    log.error(
+        "job id=%s outcome=%s could not be written (%s), leaving it to the reaper: %s",
+        context.job_id,
+        outcome.value,
+        classify(exc).label,
+        exc,
+        exc_info=exc,
+    )

@@ -7,7 +7,6 @@ to end the worker's thread.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable
@@ -36,36 +35,15 @@ from django_dbqueue.exceptions import (
     TaskNotFound,
 )
 from django_dbqueue.models import Job
-from django_dbqueue.retry import Backoff
 from django_dbqueue.runnable import Runnable
-from django_dbqueue.worker.connections import recover
+from django_dbqueue.worker.connections import WRITE_RETRY, log_unrecorded, recover, worth_retrying
 from django_dbqueue.worker.faults import classify
-from django_dbqueue.worker.outcome_log import outcome_log
+from django_dbqueue.worker.reporter import Outcome, report
 
 log = logging.getLogger(__name__)
 
-#: Pauses between tries to write an outcome while the database is unreachable.
-WRITE_RETRY = Backoff(base=0.2, factor=2, cap=5)
-
-
-class Outcome(str, enum.Enum):
-    """How an attempt ended, as logged and counted."""
-
-    SUCCEEDED = "succeeded"
-    RETRIED = "retried"
-    DEAD = "dead"
-    #: The database refused the write: the lease had been lost.
-    LEASE_LOST = "lease_lost"
-    #: The database stayed unreachable for a whole lease: the reaper recovers the job.
-    UNRECORDED = "unrecorded"
-    #: A success handed to the worker's completer, which writes it and reports the outcome.
-    HANDED_OVER = "handed_over"
-    #: The task stopped on an operator's cancel request (``JobCancelled``).
-    CANCELLED = "cancelled"
-
-
-#: Outcomes written to the job; ``signals.job_finished`` announces them.
-RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD, Outcome.CANCELLED)
+#: A job's task resolved once, at claim (``resolve``): its runnable, or what resolving raised.
+Resolved = Runnable | Exception
 
 #: Takes over writing a success: ``(context, result, started)``; raises
 #: ``ResultNotSerializable`` at once when the result is not JSON.
@@ -73,7 +51,10 @@ HandOver = Callable[[JobContext, Any, float], None]
 
 
 def execute(
-    lease: leases.Lease, context: JobContext | None = None, hand_over: HandOver | None = None
+    lease: leases.Lease,
+    context: JobContext | None = None,
+    hand_over: HandOver | None = None,
+    task: Resolved | None = None,
 ) -> Outcome:
     """Import the task, bind the arguments, call it, and record what happened.
 
@@ -84,14 +65,17 @@ def execute(
     recorded as the error serialising raised) make the job dead. An outcome
     the database cannot take (connection lost) is retried while the lease may
     live, then left to the reaper. ``context`` lets the caller (the heartbeat)
-    signal a lost lease; one is made when not given. Once an outcome is
-    written, it is announced (``announce``); a failure is announced inside the
-    handler of its exception, so ``signals.job_finished`` receivers (the
-    ``django.tasks`` backend's ``task_finished``) find it in ``sys.exc_info()``.
+    signal a lost lease; one is made when not given. ``task`` is the job's
+    ``resolve`` result when the caller resolved it already (the worker does,
+    at claim); it is resolved here when not given. Once an outcome is
+    written, it is reported (``reporter.report``); a failure is reported
+    inside the handler of its exception, so ``signals.job_finished`` receivers
+    (the ``django.tasks`` backend's ``task_finished``) find it in
+    ``sys.exc_info()``.
 
     With ``hand_over`` (the worker's batching completer) a success is handed
     over instead of written here, and ``HANDED_OVER`` returned: whoever took
-    it writes and announces it. Never raises for task failures, nor for a
+    it writes and reports it. Never raises for task failures, nor for a
     failing signal receiver.
     """
     signals.job_started.send_robust(
@@ -101,58 +85,56 @@ def execute(
         attempt=lease.attempt,
         leased_at=lease.leased_at,
     )
-    return _attempt(lease, context or JobContext(lease), hand_over, time.monotonic())
+    resolved = resolve(lease) if task is None else task
+    return _attempt(lease, context or JobContext(lease), hand_over, resolved, time.monotonic())
 
 
-def announce(lease: leases.Lease, outcome: Outcome, code: str, duration: float) -> None:
-    """Log the attempt's line and, for a written outcome, send ``signals.job_finished``.
+def resolve(lease: leases.Lease) -> Resolved:
+    """The runnable behind the job, or the exception resolving it raised (returned, not raised).
 
-    A success is logged at INFO while the worker is calm and at DEBUG while
-    successes come quickly (``outcome_log``), so INFO stays readable.
+    The worker resolves each job once, when it claims it (the timeout is the
+    task's), and hands the result to ``execute``, which records a
+    ``TaskNotFound`` as the attempt's outcome inside its handler.
     """
-    outcome_log.write(
-        "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s",
-        lease.job_id,
-        lease.task,
-        lease.attempt,
-        lease.max_attempts,
-        duration,
-        outcome.value,
-        code or "-",
-        quiet=outcome is Outcome.SUCCEEDED,
-    )
-    if outcome in RECORDED:
-        # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
-        signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
+    try:
+        return runnable.resolve(lease.task, lease.backend)
+    except Exception as exc:  # noqa: BLE001 - execute() raises it again and records why it failed.
+        return exc
 
 
 def _attempt(
-    lease: leases.Lease, context: JobContext, hand_over: HandOver | None, started: float
+    lease: leases.Lease,
+    context: JobContext,
+    hand_over: HandOver | None,
+    resolved: Resolved,
+    started: float,
 ) -> Outcome:
-    # Each failure is announced inside its except clause, while sys.exc_info() holds it.
+    # Each failure is reported inside its except clause, while sys.exc_info() holds it.
     try:
-        task = runnable.resolve(lease.task, lease.backend)
+        if isinstance(resolved, Exception):
+            raise resolved
+        task = resolved
     except TaskNotFound as exc:
         info = ErrorInfo.from_exception(exc, TASK_NOT_FOUND)
-        return _announced(lease, started, *_give_up(context, info))
+        return _reported(lease, started, *_give_up(context, info))
     try:
         job_call = task.prepare(lease, context)
     except TypeError as exc:
         info = ErrorInfo.from_exception(exc, BAD_ARGUMENTS)
-        return _announced(lease, started, *_give_up(context, info))
+        return _reported(lease, started, *_give_up(context, info))
     try:
         result = job_call()
     except LeaseLost:
-        return _announced(lease, started, Outcome.LEASE_LOST, "")
+        return _reported(lease, started, Outcome.LEASE_LOST, "")
     except JobCancelled:
         cancelled = _write(context, lambda: leases.cancel_running(lease), Outcome.CANCELLED)
-        return _announced(lease, started, cancelled, CANCELLED)
+        return _reported(lease, started, cancelled, CANCELLED)
     except Retry as exc:
-        return _announced(lease, started, *_retry_requested(context, task, exc))
+        return _reported(lease, started, *_retry_requested(context, task, exc))
     # Task code may raise anything, SystemExit and CancelledError included: it is recorded on
     # the job as a failed attempt, and the slot goes on.
     except BaseException as exc:  # noqa: BLE001
-        return _announced(lease, started, *_failed(context, task, exc))
+        return _reported(lease, started, *_failed(context, task, exc))
     try:
         if hand_over is not None:
             hand_over(context, result, started)
@@ -161,15 +143,15 @@ def _attempt(
     except ResultNotSerializable as exc:
         # Recorded as what serialising raised (TypeError, ValueError), as django.tasks does.
         info = ErrorInfo.from_exception(exc.__cause__ or exc, RESULT_NOT_SERIALIZABLE)
-        return _announced(lease, started, *_give_up(context, info))
+        return _reported(lease, started, *_give_up(context, info))
     completed = _write(
         context, lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
     )
-    return _announced(lease, started, completed, "")
+    return _reported(lease, started, completed, "")
 
 
-def _announced(lease: leases.Lease, started: float, outcome: Outcome, code: str) -> Outcome:
-    announce(lease, outcome, code, time.monotonic() - started)
+def _reported(lease: leases.Lease, started: float, outcome: Outcome, code: str) -> Outcome:
+    report(lease, outcome, code, time.monotonic() - started)
     return outcome
 
 
@@ -237,23 +219,3 @@ def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome
                 exc,
             )
             context.lease_lost.wait(pause)
-
-
-def worth_retrying(context: JobContext, give_up_at: float, pause: float) -> bool:
-    """Whether a failed write should be tried again after ``pause`` seconds.
-
-    Writes are retried until ``give_up_at`` (monotonic; one lease length after
-    the first try), and not once the lease is known to be lost.
-    """
-    return not context.lease_lost.is_set() and time.monotonic() + pause <= give_up_at
-
-
-def log_unrecorded(context: JobContext, outcome: Outcome, exc: Exception) -> None:
-    log.error(
-        "job id=%s outcome=%s could not be written (%s), leaving it to the reaper: %s",
-        context.job_id,
-        outcome.value,
-        classify(exc).label,
-        exc,
-        exc_info=exc,
-    )

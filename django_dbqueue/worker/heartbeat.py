@@ -18,9 +18,9 @@ import time
 
 from django_dbqueue import conf, leases
 from django_dbqueue.worker.connections import Survival
+from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.session import worker_session
-from django_dbqueue.worker.stats import WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 class Heartbeat(threading.Thread):
     """Background thread renewing the leases in ``live`` until ``stop`` is set."""
 
-    def __init__(self, live: LiveJobs, stats: WorkerStats, stop: threading.Event) -> None:
+    def __init__(self, live: LiveJobs, counters: WorkerCounters, stop: threading.Event) -> None:
         super().__init__(name="dbqueue-heartbeat", daemon=True)
         self.live = live
-        self.stats = stats
+        self.counters = counters
         self.stop = stop
 
     def interval(self) -> float:
@@ -88,4 +88,4 @@ class Heartbeat(threading.Thread):
             job.context.learn(renewal)
             if job.lease.job_id in renewal.lost:
                 job.context.lease_lost.set()
-                self.stats.add("renew_failures")
+                self.counters.add("renew_failures")

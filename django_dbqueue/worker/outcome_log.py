@@ -20,7 +20,7 @@ CALM_RATE = 20
 #: Seconds between the INFO summaries of successes logged at DEBUG.
 SUMMARY_EVERY = 10.0
 
-log = logging.getLogger("django_dbqueue.worker.execute")
+log = logging.getLogger(__name__)
 
 
 class OutcomeLog:

@@ -12,12 +12,16 @@ from django.db import connections
 
 from django_dbqueue.context import JobContext
 from django_dbqueue.worker.connections import close_broken_connections
+from django_dbqueue.worker.execute import Resolved
 
 log = logging.getLogger(__name__)
 
 
 class JobPool:
     """``size`` slots (threads) taking jobs from a queue and calling ``run`` on each.
+
+    Each job comes with its task as the claimer resolved it, so it is
+    resolved once.
 
     A slot never dies of a job: whatever escapes ``run``, ``BaseException``
     included, is logged and the slot takes the next job. ``running()`` tells
@@ -26,10 +30,10 @@ class JobPool:
     running when the process exits does not hold it.
     """
 
-    def __init__(self, size: int, run: Callable[[JobContext], None]) -> None:
+    def __init__(self, size: int, run: Callable[[JobContext, Resolved], None]) -> None:
         self.size = size
         self._run = run
-        self._inbox: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[tuple[JobContext, Resolved] | None] = queue.SimpleQueue()
         self._busy = 0
         self._running: dict[int, JobContext] = {}
         self._lock = threading.Lock()
@@ -57,10 +61,10 @@ class JobPool:
         with self._lock:
             return list(self._running.values())
 
-    def submit(self, context: JobContext) -> None:
+    def submit(self, context: JobContext, task: Resolved) -> None:
         with self._lock:
             self._busy += 1
-        self._inbox.put(context)
+        self._inbox.put((context, task))
 
     def stop(self, wait: float) -> None:
         """Let idle threads exit (closing their connections); wait up to ``wait`` seconds in all."""
@@ -72,11 +76,12 @@ class JobPool:
 
     def _serve(self, slot: int) -> None:
         try:
-            while (context := self._inbox.get()) is not None:
+            while (item := self._inbox.get()) is not None:
+                context, task = item
                 with self._lock:
                     self._running[slot] = context
                 try:
-                    self._run(context)
+                    self._run(context, task)
                 # The slot's survival guard: nothing a job does may end the slot.
                 except BaseException:
                     log.exception(

@@ -1,4 +1,5 @@
-"""One ``runworkers`` process: claimer, job pool, heartbeat, listener, reaper, periodic.
+"""One ``runworkers`` process: claimer, job pool, completer, reporter, heartbeat, listener, reaper,
+periodic.
 
 The main thread claims: it fills free slots with one batched claim, then
 waits for a wake-up (a commit on a served queue, a finished job) or the poll
@@ -26,28 +27,28 @@ from types import FrameType
 
 from django.db import connections
 
-from django_dbqueue import conf, leases, periodic, reaper, runnable
+from django_dbqueue import conf, leases, periodic, reaper
 from django_dbqueue.context import JobContext
-from django_dbqueue.worker.announcer import Announcer
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.counters import WorkerCounters
+from django_dbqueue.worker.execute import Resolved, execute, resolve
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
+from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
 from django_dbqueue.worker.session import worker_session
-from django_dbqueue.worker.stats import WorkerStats
 from django_dbqueue.worker.watchdog import TICK, Watchdog, WorkerBroken
 
-log = logging.getLogger("django_dbqueue.worker")
+log = logging.getLogger(__name__)
 
 COUNTER_OF = {
     Outcome.SUCCEEDED: "succeeded",
     Outcome.RETRIED: "retried",
     Outcome.DEAD: "dead",
     Outcome.CANCELLED: "cancelled",
-    Outcome.LEASE_LOST: "lost_lease_writes",
+    Outcome.LEASE_LOST: "lease_lost",
     Outcome.UNRECORDED: "unrecorded",
 }
 
@@ -76,7 +77,7 @@ class WorkerOptions:
 class Worker:
     """A worker process's machinery. ``run()`` blocks until it is told to stop.
 
-    ``stats`` holds the process's counters and its claim and run duration
+    ``counters`` holds the process's counters and its claim and run duration
     histograms while it runs and after.
     """
 
@@ -86,16 +87,16 @@ class Worker:
         self.queues = options.queues if options.queues is not None else cfg.queues
         self.worker_id = options.worker_id or default_worker_id()
         self.poll_interval = options.poll_interval or cfg.poll_interval
-        self.stats = WorkerStats()
+        self.counters = WorkerCounters()
         self.live = LiveJobs()
         self.stopping = threading.Event()  # stop claiming, drain
         self.stop_now = threading.Event()  # release whatever still runs
         self.wake = threading.Event()
         self._threads_stop = threading.Event()
         self.pool = JobPool(options.concurrency, self._run_job)
-        self.heartbeat = Heartbeat(self.live, self.stats, self._threads_stop)
+        self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
         self.completer = Completer(self._threads_stop, self._success_written)
-        self.announcer = Announcer(self.wake.set)
+        self.reporter = OutcomeReporter(self.wake.set)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
@@ -104,7 +105,7 @@ class Worker:
         self.periodic = threading.Thread(
             target=self._schedule_until_stopping, name="dbqueue-periodic", daemon=True
         )
-        self.watchdog = Watchdog(self._started_threads, self.pool, self.live, self.stats)
+        self.watchdog = Watchdog(self._started_threads, self.pool, self.live, self.counters)
         self._next_health_check = 0.0
 
     def run(self) -> None:
@@ -120,7 +121,7 @@ class Worker:
             self.pool.start()
             self.heartbeat.start()
             self.completer.start()
-            self.announcer.start()
+            self.reporter.start()
             self.listener.start()
             if self.options.reaper:
                 self.reaper.start()
@@ -162,7 +163,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
                 self._wait(self.stopping, survival.failed(exc))
                 continue
-            self.stats.claim_duration.observe(time.monotonic() - started)
+            self.counters.claim_duration.observe(time.monotonic() - started)
             survival.succeeded()
             for lease in claimed:
                 self._start_job(lease)
@@ -210,7 +211,7 @@ class Worker:
         return [
             self.heartbeat,
             self.completer,
-            self.announcer,
+            self.reporter,
             *(thread for thread in optional if thread.ident is not None),
             *self.pool.threads,
         ]
@@ -219,7 +220,7 @@ class Worker:
         """Free slots to claim for now: none while most slots are busy, so claims come in batches.
 
         A slot is free once its job's task returned, even while the completer
-        still writes its success; only a completer and announcer together more
+        still writes its success; only a completer and reporter together more
         than ``concurrency`` successes behind hold slots back, so at most twice
         ``concurrency`` jobs are the worker's at once. With jobs running, the
         claimer waits until a quarter of the slots are free (a finished job
@@ -227,34 +228,31 @@ class Worker:
         of one per job.
         """
         concurrency = self.options.concurrency
-        behind = self.completer.backlog + self.announcer.backlog
+        behind = self.completer.backlog + self.reporter.backlog
         free = self.pool.free - max(0, behind - concurrency)
         if self.pool.busy and free < max(1, concurrency // 4):
             free = 0
         if self.options.max_jobs is not None:
-            free = min(free, self.options.max_jobs - self.stats.claimed)
+            free = min(free, self.options.max_jobs - self.counters.claimed)
         return max(free, 0)
 
     def _done_with_max_jobs(self) -> bool:
         limit = self.options.max_jobs
-        return limit is not None and self.stats.claimed >= limit and not self.live
+        return limit is not None and self.counters.claimed >= limit and not self.live
 
     def _start_job(self, lease: leases.Lease) -> None:
-        self.stats.add("claimed")
+        self.counters.add("claimed")
         context = JobContext(lease)
-        try:
-            timeout = runnable.resolve(lease.task, lease.backend).timeout
-        except Exception:  # noqa: BLE001 - execute() resolves again and records why it failed.
-            timeout = None
-        self.live.add(context, timeout)
-        self.pool.submit(context)
+        task = resolve(lease)
+        self.live.add(context, None if isinstance(task, Exception) else task.timeout)
+        self.pool.submit(context, task)
 
-    def _run_job(self, context: JobContext) -> None:
+    def _run_job(self, context: JobContext, task: Resolved) -> None:
         """Run one job in a pool thread; a success is left to the completer to write."""
         started = time.monotonic()
         handed_over = False
         try:
-            outcome = execute(context.lease, context, self.completer.hand_over)
+            outcome = execute(context.lease, context, self.completer.hand_over, task)
             handed_over = outcome is Outcome.HANDED_OVER
             if not handed_over:
                 self._count(outcome, started)
@@ -264,15 +262,15 @@ class Worker:
             self.wake.set()
 
     def _success_written(self, context: JobContext, outcome: Outcome, started: float) -> None:
-        """The completer wrote (or gave up on) a success: count it, free it, announce it."""
+        """The completer wrote (or gave up on) a success: count it, free it, report it."""
         self._count(outcome, started)
         self.live.remove(context.job_id)
         self.wake.set()
-        self.announcer.put(context.lease, outcome, time.monotonic() - started)
+        self.reporter.put(context.lease, outcome, time.monotonic() - started)
 
     def _count(self, outcome: Outcome, started: float) -> None:
-        self.stats.run_duration.observe(time.monotonic() - started)
-        self.stats.add(COUNTER_OF[outcome])
+        self.counters.run_duration.observe(time.monotonic() - started)
+        self.counters.add(COUNTER_OF[outcome])
 
     def _reap_forever(self) -> None:
         interval = conf.get().reaper_interval
@@ -299,7 +297,7 @@ class Worker:
         self.listener.close()
         self.heartbeat.close()
         self.completer.join(5)
-        self.announcer.close(5)
+        self.reporter.close(5)
         if self.reaper.is_alive():
             self.reaper.join(5)
         if self.periodic.is_alive():
@@ -309,7 +307,7 @@ class Worker:
         log.info(
             "worker stopped id=%s %s",
             self.worker_id,
-            " ".join(f"{name}={count}" for name, count in self.stats.snapshot().items()),
+            " ".join(f"{name}={count}" for name, count in self.counters.snapshot().items()),
         )
 
     def _release_unfinished(self) -> None:
@@ -335,7 +333,7 @@ class Worker:
         # Imported here: only a worker serving metrics needs prometheus-client.
         from django_dbqueue import metrics
 
-        server = metrics.serve(self.worker_id, self.stats, self.options.metrics_host, port)
+        server = metrics.serve(self.worker_id, self.counters, self.options.metrics_host, port)
         log.info("worker id=%s metrics at http://%s:%s/metrics", self.worker_id, *server.address)
         try:
             yield

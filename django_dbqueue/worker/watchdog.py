@@ -1,6 +1,6 @@
 """The watchdog: whether a worker process is still whole enough to claim jobs.
 
-A worker whose heartbeat, completer, announcer, reaper, listener, periodic
+A worker whose heartbeat, completer, reporter, reaper, listener, periodic
 scheduler or any job slot thread is gone, or whose every slot is stuck in a
 job that passed its ``timeout`` by more than a lease length, would look alive
 and do nothing useful (or worse: claim jobs it never runs). The claimer asks
@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
-from django_dbqueue.worker.stats import WorkerStats
 
 #: How often (seconds) an idle claimer asks the watchdog.
 TICK = 1.0
@@ -35,18 +35,18 @@ class Watchdog:
         threads: Callable[[], list[threading.Thread]],
         pool: JobPool,
         live: LiveJobs,
-        stats: WorkerStats,
+        counters: WorkerCounters,
     ) -> None:
         self.threads = threads
         self.pool = pool
         self.live = live
-        self.stats = stats
+        self.counters = counters
 
     def verdict(self) -> str | None:
-        """Why the worker cannot go on, or ``None``; updates the health gauges in ``stats``."""
+        """Why the worker cannot go on, or ``None``; updates the health gauges in ``counters``."""
         alive = {thread.name: thread.is_alive() for thread in self.threads()}
         hung = self.hung_slots()
-        self.stats.set_health(alive, len(hung))
+        self.counters.set_health(alive, len(hung))
         dead = sorted(name for name, is_alive in alive.items() if not is_alive)
         if dead:
             return f"thread {', '.join(dead)} is gone"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +17,8 @@ from pytest_django.live_server_helper import LiveServer
 from django_dbqueue.models import Job, JobState
 from tests.browser.conftest import BrowserPage
 from tests.factories import JobFactory
+
+logger = logging.getLogger(__name__)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -44,7 +47,7 @@ def dead_job_with_history() -> Job:
     ]
     return JobFactory(
         dead=True,
-        task="tests.tasks.charge_card",
+        task="tests.jobs.tasks.charge_card",
         queue="payments",
         last_error=TRACEBACK,
         errors=history,
@@ -93,7 +96,7 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
 
     with browser_page() as page:
         assert page.context.browser is not None
-        print(f"chromium {page.context.browser.version}")
+        logger.info(f"chromium {page.context.browser.version}")
         log_in(page, live_server.url)
         page.locator("#content-main").get_by_role("link", name="Jobs", exact=True).click()
         expect(page.locator("#dbqueue-health tr.dbqueue-queue")).to_have_count(2)
@@ -125,7 +128,7 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
         expect(job_row(page, dead).locator("td.field-attempts_used")).to_have_text("5/7")
         page.screenshot(path=str(shots["job-ready"]), full_page=True)
     for shot in shots.values():
-        print(f"screenshot: {shot}")
+        logger.info(f"screenshot: {shot}")
 
     dead.refresh_from_db()
     assert (dead.state, dead.attempts, dead.max_attempts, len(dead.errors)) == (
@@ -192,7 +195,7 @@ def test_operator_requeues_a_dead_job_from_its_own_page_in_a_real_browser(
         )
         expect(page.locator("div.field-state_badge div.readonly")).to_contain_text("ready")
     for name, shot in shots.items():
-        print(f"screenshot ({name}): {shot}")
+        logger.info(f"screenshot ({name}): {shot}")
 
     dead.refresh_from_db()
     assert (dead.state, dead.attempts, dead.max_attempts) == (JobState.READY, 5, 8)

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,9 @@ import pytest
 from django.db import connection
 
 from tests.testapp.models import Gate
+from tests.waiting import WAIT, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = 60.0  # the longest any e2e wait may take before the test fails
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -31,18 +30,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).parent == Path(__file__).parent:
             item.add_marker(pytest.mark.e2e)
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = WAIT, what: str = "") -> Any:
-    """Poll ``condition`` every 50 ms until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
-        time.sleep(0.05)
 
 
 def open_gate(name: str) -> None:

@@ -15,8 +15,8 @@ from django.db import transaction
 
 from django_dbqueue.backend import TaskResultStatus
 from django_dbqueue.models import Job, JobState
-from tests import backend_tasks
 from tests.e2e.conftest import WorkerProcess
+from tests.jobs import backend_tasks
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -115,6 +115,6 @@ def test_sys_exit_in_a_task_fails_it_and_the_worker_logs_its_traceback(
     assert backend_tasks.add.get_result(added.id).return_value == 3
     # The framework's own task_finished receiver logs the failure with its traceback.
     log = worker.log()
-    assert f"Task id={exited.id} path=tests.backend_tasks.exits state=FAILED" in log
+    assert f"Task id={exited.id} path=tests.jobs.backend_tasks.exits state=FAILED" in log
     assert "NoneType: None" not in log
     assert "SystemExit: 3" in log

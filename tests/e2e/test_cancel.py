@@ -1,4 +1,4 @@
-"""Cooperative cancel of running jobs with a real ``runworkers`` process (issue 12).
+"""Cooperative cancel of running jobs with a real ``runworkers`` process.
 
 An operator's ``request_cancel`` reaches the task through the worker's heartbeat
 (the renew statement reports the mark): a task that honours it ends
@@ -16,9 +16,10 @@ from django.urls import reverse
 from django_dbqueue import leases
 from django_dbqueue.errors import CANCELLED
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import WorkerProcess, open_gate, wait_until
-from tests.e2e.tasks import ignores_cancel, stops_when_cancelled
+from tests.e2e.conftest import WorkerProcess, open_gate
+from tests.jobs.e2e_tasks import ignores_cancel, stops_when_cancelled
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -47,7 +48,9 @@ def test_a_task_polling_cancel_requested_ends_cancelled(start_worker: StartWorke
     assert [entry["code"] for entry in cancelled.errors] == [CANCELLED]
     assert cancelled.finished_at is not None
     assert cancelled.worker_id is None
-    worker.wait_for_log(f"job id={job.pk} task=tests.e2e.tasks.stops_when_cancelled attempt=1/")
+    worker.wait_for_log(
+        f"job id={job.pk} task=tests.jobs.e2e_tasks.stops_when_cancelled attempt=1/"
+    )
     line = next(line for line in worker.log().splitlines() if f"job id={job.pk} task=" in line)
     assert "outcome=cancelled code=CANCELLED" in line
 

@@ -1,4 +1,4 @@
-"""Crashes at every boundary, with real ``runworkers`` processes (issue 3, tests 1-6).
+"""Crashes at every boundary, with real ``runworkers`` processes.
 
 Workers are killed (SIGKILL), frozen (SIGSTOP) and left to lose their leases;
 each test then checks the guarantee that must survive: every job runs, a stale
@@ -7,6 +7,7 @@ worker overwrites nothing, the idempotency key is stable, retries are bounded.
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import time
@@ -20,16 +21,19 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count
 
 from django_dbqueue import Job, JobState
-from tests.e2e.conftest import WorkerProcess, open_gate, wait_until
-from tests.e2e.e2ecrash_tasks import (
+from tests.e2e.conftest import WorkerProcess, open_gate
+from tests.jobs.crash_tasks import (
     QUICK_RETRY,
     always_fails,
     applies_effect_once,
     gated_reporting_worker,
     stuck_past_timeout,
 )
-from tests.e2e.tasks import gated, recorded
+from tests.jobs.e2e_tasks import gated, recorded
 from tests.testapp.models import Effect, Execution
+from tests.waiting import wait_until
+
+logger = logging.getLogger(__name__)
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -137,7 +141,7 @@ def test_three_workers_drain_2000_jobs_each_exactly_once(start_worker: StartWork
     assert Job.objects.filter(state=JobState.SUCCEEDED, attempts=1).count() == 2000
     assert Job.objects.count() == 2000
     per_worker = dict(ran.values_list("worker_id").annotate(n=Count("id")).order_by("worker_id"))
-    print(f"2000 jobs drained in {elapsed:.1f}s by {per_worker}")
+    logger.info(f"2000 jobs drained in {elapsed:.1f}s by {per_worker}")
 
 
 def test_sigkill_after_claim_recovers_job_on_another_worker_with_same_idempotency_key(
@@ -262,7 +266,7 @@ def test_job_past_timeout_loses_its_lease_and_is_recovered_within_lease_plus_rea
     # Retry delay, poll interval and claim latency: well under a second together.
     slack = QUICK_RETRY.cap + 0.2 + 0.7
     bound = options.timeout + options.lease + REAPER_INTERVAL + slack
-    print(
+    logger.info(
         f"duplicate-execution window: {window:.2f}s from attempt 1's start to attempt 2's "
         f"(reaped after {reaped_after:.2f}s; bound {bound:.1f}s = timeout {options.timeout} "
         f"+ lease {options.lease} + reaper {REAPER_INTERVAL} + slack {slack:.1f})"

@@ -19,8 +19,10 @@ from django.utils import timezone
 from django_dbqueue import Job, JobState
 from django_dbqueue.durations import MAX_DELAY
 from django_dbqueue.errors import LEASE_EXPIRED, RETRY, TASK_ABORTED
-from tests.e2e.conftest import WorkerProcess, wait_until
-from tests.e2e.e2efaults_tasks import (
+from tests.e2e.conftest import WorkerProcess
+from tests.factories import JobFactory
+from tests.jobs.e2e_tasks import recorded
+from tests.jobs.faults_tasks import (
     asks_retry,
     cancelled,
     cancelled_async,
@@ -28,9 +30,8 @@ from tests.e2e.e2efaults_tasks import (
     hangs,
     outlasts_its_lease,
 )
-from tests.e2e.tasks import recorded
-from tests.factories import JobFactory
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -60,7 +61,7 @@ def lines(worker: WorkerProcess, pattern: str) -> list[str]:
 def expired_lease_job() -> Job:
     """A job whose worker vanished: running, its lease over (the reaper's to recover)."""
     return JobFactory(
-        task="tests.e2e.tasks.recorded",
+        task="tests.jobs.e2e_tasks.recorded",
         running=True,
         worker_id="vanished-worker",
         lease_until=timezone.now() - timedelta(seconds=5),

@@ -11,8 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_dbqueue.models import Job, JobState
-from tests import tasks
-from tests.e2e.conftest import WorkerProcess, wait_until
+from tests.e2e.conftest import WorkerProcess
+from tests.jobs import tasks
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -65,7 +66,7 @@ def test_worker_metrics_port_serves_its_counters_and_the_queue_gauges(
     assert samples[("dbqueue_worker_jobs_succeeded_total", me)] == 2
     assert samples[("dbqueue_worker_jobs_dead_total", me)] == 1
     assert samples[("dbqueue_worker_jobs_retried_total", me)] == 0
-    assert samples[("dbqueue_worker_lost_lease_writes_total", me)] == 0
+    assert samples[("dbqueue_worker_lease_lost_total", me)] == 0
     assert samples[("dbqueue_worker_renew_failures_total", me)] == 0
     assert samples[("dbqueue_worker_unrecorded_total", me)] == 0
     assert samples[("dbqueue_worker_run_duration_seconds_count", me)] == 3

@@ -12,9 +12,10 @@ from datetime import timedelta
 import pytest
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import WorkerProcess, wait_until
-from tests.e2e.tasks import recorded, retried_once
+from tests.e2e.conftest import WorkerProcess
+from tests.jobs.e2e_tasks import recorded, retried_once
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 SLOW_POLL = {"POLL_INTERVAL": 30}

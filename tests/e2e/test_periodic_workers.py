@@ -1,4 +1,4 @@
-"""Periodic schedules across real ``runworkers`` processes (issue 5, item 3).
+"""Periodic schedules across real ``runworkers`` processes.
 
 Each worker declares ``periodic(CRON)(tick)`` before ``runworkers`` starts, as
 a project's ``tasks`` module would, and every worker schedules it: each slot
@@ -8,6 +8,7 @@ must still become one job, and a restart must follow the missed-slot policy.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import subprocess
@@ -23,18 +24,21 @@ import pytest
 from django.utils import timezone
 
 from django_dbqueue.models import Job, PeriodicSlot
-from tests.e2e.conftest import ROOT, WorkerProcess, wait_until
+from tests.e2e.conftest import ROOT, WorkerProcess
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
+
+logger = logging.getLogger(__name__)
 
 #: Every second: slots come fast enough for a short test.
 CRON = "* * * * * *"
-TASK = "tests.periodic_tasks.tick"
+TASK = "tests.jobs.periodic_tasks.tick"
 ONE_SECOND = timedelta(seconds=1)
 LAUNCH = (
     "import sys, django\n"
     "django.setup()\n"
     "from django_dbqueue.periodic import periodic\n"
-    "from tests.periodic_tasks import tick\n"
+    "from tests.jobs.periodic_tasks import tick\n"
     "periodic(sys.argv[1])(tick)\n"
     "from django.core.management import execute_from_command_line\n"
     "execute_from_command_line(['django-admin', 'runworkers', *sys.argv[2:]])\n"
@@ -121,7 +125,7 @@ def test_three_workers_enqueue_each_slot_once(start_scheduling_worker: StartWork
     assert sorted(logged) == [slot.isoformat() for slot in slots]
     assert set(logged.values()) == {1}
     winners = [len(worker.enqueued_slots()) for worker in workers]
-    print(f"\n{len(slots)} slots; enqueued per worker: {winners}")  # pytest -s shows it
+    logger.info(f"{len(slots)} slots; enqueued per worker: {winners}")
 
 
 def test_a_restarted_worker_enqueues_only_the_latest_missed_slot(

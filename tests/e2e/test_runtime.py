@@ -1,5 +1,5 @@
 """The runworkers process under locks, floods, lost notifications, killed connections,
-signals and operator mistakes (issue 3, tests 7-12).
+signals and operator mistakes.
 
 Every scenario runs real ``runworkers`` subprocesses against the test database;
 the tasks record each attempt as an ``Execution`` row, so assertions rest on
@@ -8,6 +8,7 @@ what actually ran, not on what the worker says.
 
 from __future__ import annotations
 
+import logging
 import signal
 import statistics
 import threading
@@ -24,11 +25,14 @@ from django.db.models import Max
 from pytest_django.fixtures import Settings
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import WAIT, WorkerProcess, open_gate, wait_until
-from tests.e2e.e2efaults_tasks import paced, paced_short_lease
-from tests.e2e.tasks import gated, recorded
+from tests.e2e.conftest import WorkerProcess, open_gate
 from tests.factories import JobFactory
+from tests.jobs.e2e_tasks import gated, recorded
+from tests.jobs.faults_tasks import paced, paced_short_lease
 from tests.testapp.models import Execution
+from tests.waiting import WAIT, wait_until
+
+logger = logging.getLogger(__name__)
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -189,7 +193,7 @@ def test_high_priority_flood_does_not_stop_low_priority_jobs_in_their_own_queue(
     # Read after the fact, so it can only undercount what was pending at that moment.
     bulk_pending = Job.objects.filter(queue="bulk").active().count()
     bulk_ahead = bulk_started_before_quiet_finished()
-    print(f"\nbulk jobs started before the last quiet job finished: {bulk_ahead}/500")
+    logger.info(f"bulk jobs started before the last quiet job finished: {bulk_ahead}/500")
 
     # Strict priority across queues would have run all 500 bulk jobs first.
     assert bulk_ahead <= 50
@@ -241,7 +245,7 @@ def test_polling_drains_when_notifications_cannot_arrive(start_worker: StartWork
         job.refresh_from_db()
         execution = Execution.objects.get(job_id=job.pk)
         latencies.append((execution.started_at - job.created_at).total_seconds())
-    print(f"\npickup latencies by polling every 0.5 s: {[round(s, 3) for s in latencies]}")
+    logger.info(f"pickup latencies by polling every 0.5 s: {[round(s, 3) for s in latencies]}")
 
     assert max(latencies) < 2.5  # a few poll intervals
     assert worker.process.poll() is None
@@ -270,8 +274,8 @@ def test_idle_worker_picks_up_notified_jobs_quickly(start_worker: StartWorker) -
     def ms(values: list[float], fraction: float) -> str:
         return f"{percentile(values, fraction) * 1000:.1f} ms"
 
-    print(
-        f"\npickup latency (task start - created_at) over {len(pickups)} jobs: "
+    logger.info(
+        f"pickup latency (task start - created_at) over {len(pickups)} jobs: "
         f"p50={ms(pickups, 0.5)} p95={ms(pickups, 0.95)} max={ms(pickups, 1.0)}"
         f"\nclaim latency (started_at - created_at, database clock): "
         f"p50={ms(claims, 0.5)} p95={ms(claims, 0.95)} max={ms(claims, 1.0)}"
@@ -325,7 +329,7 @@ def test_worker_survives_terminated_connections_while_500_jobs_flow(
     log = worker.log()
     assert "database unavailable" in log or "not written yet" in log
     reruns = assert_every_job_ran_and_each_rerun_is_explained(jobs)
-    print(f"\njobs run more than once (explained by their history): {reruns}")
+    logger.info(f"jobs run more than once (explained by their history): {reruns}")
 
     worker.send(signal.SIGTERM)
     assert worker.wait(30) == 0
@@ -381,7 +385,7 @@ def test_second_sigint_releases_at_once(start_worker: StartWorker) -> None:
     worker.send(signal.SIGINT)
 
     assert worker.wait(15) == 0
-    print(f"\nexit {time.monotonic() - second_sigint:.2f}s after the second SIGINT")
+    logger.info(f"exit {time.monotonic() - second_sigint:.2f}s after the second SIGINT")
     assert_released(job, token)
     assert "second SIGINT: releasing running jobs now" in worker.log()
     assert f"job id={job.pk} released at shutdown (attempt refunded)" in worker.log()

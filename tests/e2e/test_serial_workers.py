@@ -1,4 +1,4 @@
-"""Per-key serial execution across real ``runworkers`` processes (issue 5, item 4).
+"""Per-key serial execution across real ``runworkers`` processes.
 
 Jobs sharing a serial key must start in enqueue order and never overlap,
 whichever worker process runs each of them.
@@ -6,6 +6,7 @@ whichever worker process runs each of them.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from itertools import pairwise
@@ -14,8 +15,10 @@ import pytest
 
 from django_dbqueue import Job
 from tests.e2e.conftest import WorkerProcess
-from tests.e2e.serial_e2e_tasks import serial_step
+from tests.jobs.serial_e2e_tasks import serial_step
 from tests.testapp.models import Execution
+
+logger = logging.getLogger(__name__)
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -52,8 +55,8 @@ def test_three_workers_run_each_keys_jobs_in_enqueue_order_without_overlap(
             assert later.started_at >= earlier.finished_at, f"{key}: {later} overlapped {earlier}"
             handoffs += earlier.worker_id != later.worker_id
     assert handoffs > 0, "no key ever moved between workers: nothing was tested across processes"
-    # How much the keys moved between processes (pytest -s shows it).
-    print(
-        f"\n{len(executions)} jobs in {elapsed:.1f}s; {handoffs} times a key moved to "
+    # How much the keys moved between processes (logged at INFO: --log-cli-level=INFO shows it).
+    logger.info(
+        f"{len(executions)} jobs in {elapsed:.1f}s; {handoffs} times a key moved to "
         f"another worker; workers: {sorted({e.worker_id for e in executions})}"
     )

@@ -18,10 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from django_dbqueue import Job, JobState
-from tests.e2e.conftest import ROOT, WAIT, WorkerProcess, open_gate, wait_until
-from tests.e2e.e2efaults_tasks import announced_after_gate, quick
+from tests.e2e.conftest import ROOT, WorkerProcess, open_gate
 from tests.e2e.servers import LostReplyProxy, PrivatePostgres
+from tests.jobs.faults_tasks import announced_after_gate, quick
 from tests.testapp.models import Execution
+from tests.waiting import WAIT, wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -114,7 +115,7 @@ def test_server_restarts_and_crashes_lose_no_job_and_workers_reconnect(
     }
     assert manage(env, "migrate", "-v", "0").returncode == 0
     enqueue = (
-        "from tests.e2e.e2efaults_tasks import paced; "
+        "from tests.jobs.faults_tasks import paced; "
         f"paced.enqueue_many([(('', 20), {{}})] * {JOBS})"
     )
     assert manage(env, "shell", "-c", enqueue).returncode == 0
@@ -133,7 +134,9 @@ def test_server_restarts_and_crashes_lose_no_job_and_workers_reconnect(
     server.start()
     wait_until(lambda: succeeded(server) >= JOBS // 2, what="half drained after the restart")
     server.stop("immediate")  # a crash: no checkpoint, sessions cut mid-statement
-    down = manage(env, "shell", "-c", "from tests.e2e.tasks import recorded; recorded.enqueue('x')")
+    down = manage(
+        env, "shell", "-c", "from tests.jobs.e2e_tasks import recorded; recorded.enqueue('x')"
+    )
     server.start()
     # Both workers reconnect by themselves: the rest drains soon after the server is back.
     wait_until(lambda: succeeded(server) == JOBS, timeout=60, what="every job drained")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -25,9 +26,11 @@ from pytest_django import DjangoAssertNumQueries, Settings
 from django_dbqueue import admin as admin_module
 from django_dbqueue.errors import ErrorInfo, history_entry
 from django_dbqueue.models import Job, JobState
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
 from tests.testapp.models import Order
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -162,10 +165,11 @@ class TestListPage:
     def test_shows_the_tasks_short_name_with_the_full_path_on_hover(
         self, admin_client: Client
     ) -> None:
-        job(task="tests.tasks.flaky")
+        job(task="tests.jobs.tasks.flaky")
         html = admin_client.get(CHANGELIST).content.decode()
         assert (
-            '<td class="field-task_name"><span title="tests.tasks.flaky">flaky</span></td>' in html
+            '<td class="field-task_name"><span title="tests.jobs.tasks.flaky">flaky</span></td>'
+            in html
         )
 
     @pytest.mark.parametrize(
@@ -173,7 +177,7 @@ class TestListPage:
         [
             ("state__exact=dead", {"dead"}),
             ("queue__exact=mail", {"mail"}),
-            ("task__exact=tests.tasks.flaky", {"flaky"}),
+            ("task__exact=tests.jobs.tasks.flaky", {"flaky"}),
             ("last_error_code__exact=LEASE_EXPIRED", {"expired"}),
         ],
     )
@@ -183,7 +187,7 @@ class TestListPage:
         jobs = {
             "dead": dead_job(),
             "mail": job(queue="mail"),
-            "flaky": job(task="tests.tasks.flaky"),
+            "flaky": job(task="tests.jobs.tasks.flaky"),
             "expired": job(last_error_code="LEASE_EXPIRED", last_error="lease expired"),
         }
         response = admin_client.get(f"{CHANGELIST}?{query}")
@@ -193,7 +197,7 @@ class TestListPage:
         self, admin_client: Client
     ) -> None:
         order_type = ContentType.objects.get_for_model(Order)
-        by_task = job(task="tests.tasks.flaky")
+        by_task = job(task="tests.jobs.tasks.flaky")
         by_key = job(dedupe_key="invoice-abc")
         by_subject = job(subject_type=order_type, subject_id="9000001")
         by_id = job()
@@ -237,7 +241,7 @@ class TestListPage:
         mixed(97)
         with django_assert_max_num_queries(len(small)) as big:
             assert len(listed(admin_client.get(CHANGELIST))) == 100
-        print(f"job list page: {len(small)} queries for 3 jobs, {len(big)} for 100 jobs")
+        logger.info(f"job list page: {len(small)} queries for 3 jobs, {len(big)} for 100 jobs")
         assert len(big) == len(small)
 
 

@@ -35,10 +35,11 @@ from django_dbqueue.errors import BAD_ARGUMENTS, LEASE_EXPIRED, TASK_NOT_FOUND
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, PermanentError
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import backend_tasks, tasks
 from tests.factories import JobFactory
+from tests.jobs import backend_tasks, tasks
 
 Configure = Callable[..., DatabaseQueueBackend]
 
@@ -126,7 +127,7 @@ class TestEnqueue:
         with transaction.atomic():
             result = backend_tasks.add.enqueue(2, b=3)
             job = Job.objects.get(pk=int(result.id))
-        assert job.task == "tests.backend_tasks.add"
+        assert job.task == "tests.jobs.backend_tasks.add"
         assert (job.backend, job.queue, job.priority) == ("default", "default", 0)
         assert (job.args, job.kwargs, job.state) == ([2], {"b": 3}, JobState.READY)
         assert result.status == TaskResultStatus.READY
@@ -268,7 +269,7 @@ class TestGetResult:
     def test_jobs_of_other_backends_and_native_jobs_do_not_exist(
         self, backend: DatabaseQueueBackend
     ) -> None:
-        other = JobFactory(task="tests.backend_tasks.add", backend="other")
+        other = JobFactory(task="tests.jobs.backend_tasks.add", backend="other")
         native = JobFactory()
         for job in (other, native):
             with pytest.raises(TaskResultDoesNotExist):
@@ -277,7 +278,7 @@ class TestGetResult:
     def test_a_job_whose_task_no_longer_imports_does_not_exist(
         self, backend: DatabaseQueueBackend
     ) -> None:
-        job = JobFactory(task="tests.backend_tasks.gone", backend="default")
+        job = JobFactory(task="tests.jobs.backend_tasks.gone", backend="default")
         with pytest.raises(TaskResultDoesNotExist, match="cannot be imported"):
             backend.get_result(str(job.pk))
 
@@ -364,7 +365,7 @@ class TestGetResult:
     ) -> None:
         entry = {"attempt": 2, "worker": "wb", "code": "X", "exception": "builtins.KeyError"}
         job = JobFactory(
-            task="tests.backend_tasks.add",
+            task="tests.jobs.backend_tasks.add",
             backend="default",
             running=True,
             attempts=3,
@@ -527,13 +528,13 @@ class TestWorkerRunsFrameworkTasks:
         finally:
             task_finished.disconnect(explode)
         assert backend.get_result(enqueued.id).return_value == 2
-        assert worker.stats.snapshot()["succeeded"] == 1
+        assert worker.counters.snapshot()["succeeded"] == 1
         assert "receiver bug" in caplog.text
 
     def test_a_job_whose_task_is_not_a_framework_task_dies_task_not_found(
         self, backend: DatabaseQueueBackend, framework_signals: list[tuple[str, str, str]]
     ) -> None:
-        job = JobFactory(task="tests.backend_tasks.shadowed", backend="default")
+        job = JobFactory(task="tests.jobs.backend_tasks.shadowed", backend="default")
         run_worker()
         job.refresh_from_db()
         assert (job.state, job.last_error_code) == (JobState.DEAD, TASK_NOT_FOUND)
@@ -543,7 +544,7 @@ class TestWorkerRunsFrameworkTasks:
     def test_a_job_of_an_unconfigured_backend_dies_task_not_found(
         self, backend: DatabaseQueueBackend
     ) -> None:
-        job = JobFactory(task="tests.backend_tasks.add", backend="removed", args=[1, 2])
+        job = JobFactory(task="tests.jobs.backend_tasks.add", backend="removed", args=[1, 2])
         run_worker()
         job.refresh_from_db()
         assert (job.state, job.last_error_code) == (JobState.DEAD, TASK_NOT_FOUND)

@@ -34,8 +34,8 @@ from django_dbqueue.backend import (
     task_started,
 )
 from django_dbqueue.models import Job
-from tests import backend_tasks
 from tests.integration.test_backend import make_due, run_worker
+from tests.jobs import backend_tasks
 
 try:
     from django.tasks import task

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from django.db import connection
 
 from django_dbqueue import sql
+
+logger = logging.getLogger(__name__)
 
 BACKLOG = 100_000
 #: 10**5 numbers from five crossed digit tables (no recursion-depth limit to raise).
@@ -27,7 +30,7 @@ def big_backlog() -> None:
                 "INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,"
                 " attempts, max_attempts, lease_token, lease_seconds, created_at, finished_at,"
                 " last_worker_id, last_error_code, last_error, errors)"
-                " SELECT ELT(1 + n %% 3, 'default', 'mail', 'reports'), 'tests.tasks.noop',"
+                " SELECT ELT(1 + n %% 3, 'default', 'mail', 'reports'), 'tests.jobs.tasks.noop',"
                 " '[]', '{}', %s, n %% 5, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE,"
                 f" 0, 5, 0, 60, UTC_TIMESTAMP(6), {finished}, '', '', '', '[]'"
                 f" FROM ({NUMBERS}) AS numbers",
@@ -54,4 +57,6 @@ def test_claim_reads_ready_jobs_in_index_order(big_backlog: None, queues: list[s
     assert "filesort" not in json.dumps(outer), "the claim sorts instead of reading in order"
     # Executed (ANALYZE): reading in index order, it stops after the batch it needs.
     assert table["r_rows"] <= 50, f"read {table['r_rows']} rows to claim 10"
-    print(f"\nclaim over {2 * BACKLOG} rows, queues={queues}: {outer['r_total_time_ms']:.2f} ms")
+    logger.info(
+        f"claim over {2 * BACKLOG} rows, queues={queues}: {outer['r_total_time_ms']:.2f} ms"
+    )

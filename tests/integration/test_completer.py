@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -19,8 +19,9 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.completer import Completer
-from django_dbqueue.worker.execute import Outcome
-from tests import tasks
+from django_dbqueue.worker.reporter import Outcome
+from tests.jobs import tasks
+from tests.waiting import wait_until
 
 WAIT = 30
 
@@ -93,7 +94,9 @@ def test_results_that_queue_up_during_a_write_share_the_next_statement(
     def hold_first_write_until_the_rest_queue(done: list[tuple[leases.Lease, str]]) -> set[int]:
         if not batches:
             writing.set()
-            wait_until(lambda: completer._inbox.qsize() == 7)
+            wait_until(
+                lambda: completer._inbox.qsize() == 7, WAIT, "seven queued successes", every=0.005
+            )
         batches.append(len(done))
         return write(done)
 
@@ -124,13 +127,6 @@ def test_a_row_whose_lease_was_lost_is_reported_lost_and_left_alone() -> None:
         outcomes = reports.wait_for(2)
     assert outcomes == {kept.job_id: Outcome.SUCCEEDED, lost.job_id: Outcome.LEASE_LOST}
     assert Job.objects.get(pk=lost.job_id).state == JobState.RUNNING
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_a_result_that_is_not_json_is_refused_before_anything_is_queued() -> None:

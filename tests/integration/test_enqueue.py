@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
@@ -23,9 +22,10 @@ from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task, wak
 from django_dbqueue import conf as dbqueue_conf
 from django_dbqueue.jsontext import MAX_DEPTH
 from django_dbqueue.signals import jobs_committed
-from tests.enqueue_tasks import echo
-from tests.tasks import noop, send_invoice
+from tests.jobs.enqueue_tasks import echo
+from tests.jobs.tasks import noop, send_invoice
 from tests.testapp.models import Order
+from tests.waiting import wait_until
 
 WAIT = 10  # seconds any thread, event or poll may take before the test fails
 QUIET = 0.2  # seconds to listen for a notification that must not arrive
@@ -314,7 +314,7 @@ class TestReturnedJob:
         after = timezone.now()
         assert job.pk is not None
         assert job.state == JobState.READY
-        assert job.task == "tests.tasks.send_invoice"
+        assert job.task == "tests.jobs.tasks.send_invoice"
         assert (job.args, job.kwargs) == ([7], {"copy": True})
         assert (job.queue, job.priority, job.max_attempts, job.lease_seconds) == ("mail", 3, 3, 20)
         assert (job.attempts, job.lease_token, job.worker_id, job.lease_until) == (0, 0, None, None)
@@ -595,15 +595,16 @@ class TestDedupe:
 
 def wait_until_blocked_on_a_lock(pid: int) -> None:
     """Poll until PostgreSQL backend ``pid`` waits for a lock (its INSERT met the other's row)."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
+
+    def waits_for_a_lock() -> bool:
         with connection.cursor() as cursor:
             cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
             row = cursor.fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.01)  # pause between polls; the deadline bounds the wait
-    raise AssertionError(f"backend {pid} never blocked on the first transaction's row")
+        return row is not None and row[0] == "Lock"
+
+    wait_until(
+        waits_for_a_lock, WAIT, f"backend {pid} to block on the first transaction's row", 0.01
+    )
 
 
 # --- subject= -------------------------------------------------------------------------------
@@ -673,7 +674,7 @@ class TestOnSave:
         order.state = "paid"
         order.save()
         job = Job.objects.get()
-        assert (job.task, job.args, job.kwargs) == ("tests.tasks.send_invoice", [order.pk], {})
+        assert (job.task, job.args, job.kwargs) == ("tests.jobs.tasks.send_invoice", [order.pk], {})
         assert (job.queue, job.state, job.dedupe_key) == (
             "mail",
             JobState.READY,
@@ -715,7 +716,7 @@ class TestOnSave:
         connect_on_save(echo)
         order = Order.objects.create()
         job = Job.objects.get()
-        assert (job.task, job.args, job.kwargs) == ("tests.enqueue_tasks.echo", [order.pk], {})
+        assert (job.task, job.args, job.kwargs) == ("tests.jobs.enqueue_tasks.echo", [order.pk], {})
         assert job.subject == order
 
     def test_on_save_kwargs_and_created_flag(self, connect_on_save: Callable[..., None]) -> None:
@@ -916,7 +917,7 @@ class TestInvalidJob:
         with pytest.raises(InvalidJob) as info:
             echo.enqueue(Order())
         message = str(info.value)
-        assert "tests.enqueue_tasks.echo" in message
+        assert "tests.jobs.enqueue_tasks.echo" in message
         assert "argument 0" in message
         assert "such as an id instead of an object" in message
 
@@ -964,7 +965,7 @@ class TestPreparedEnqueue:
             noop.enqueue()
             assert prepared_inserts() == []
         (insert,) = job_inserts(context)
-        assert "'tests.tasks.noop'" in insert
+        assert "'tests.jobs.tasks.noop'" in insert
 
 
 @pytest.mark.django_db

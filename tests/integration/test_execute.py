@@ -29,9 +29,10 @@ from django_dbqueue.errors import (
     TASK_NOT_FOUND,
 )
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.worker.execute import Outcome, execute
-from tests import execute_tasks, tasks
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.reporter import Outcome
 from tests.factories import JobFactory
+from tests.jobs import execute_tasks, tasks
 
 HISTORY_KEYS = {"attempt", "worker", "at", "code", "message", "traceback", "exception"}
 OUTCOME_LINE = "job id="
@@ -436,7 +437,11 @@ class TestGiveUp:
 
     @pytest.mark.parametrize(
         "path",
-        ["tests.nowhere.gone", "tests.tasks.does_not_exist", "tests.tasks.plain_function"],
+        [
+            "tests.nowhere.gone",
+            "tests.jobs.tasks.does_not_exist",
+            "tests.jobs.tasks.plain_function",
+        ],
         ids=["missing-module", "missing-attribute", "plain-function"],
     )
     def test_task_that_cannot_be_loaded_is_dead_with_task_not_found(self, path: str) -> None:
@@ -476,10 +481,10 @@ class TestGiveUp:
     @pytest.mark.parametrize(
         ("task", "args", "kwargs"),
         [
-            ("tests.tasks.send_invoice", [1, 2, 3], {}),
-            ("tests.tasks.send_invoice", [1], {"unknown": True}),
-            ("tests.tasks.send_invoice", [], {}),
-            ("tests.tasks.with_context", [], {}),
+            ("tests.jobs.tasks.send_invoice", [1, 2, 3], {}),
+            ("tests.jobs.tasks.send_invoice", [1], {"unknown": True}),
+            ("tests.jobs.tasks.send_invoice", [], {}),
+            ("tests.jobs.tasks.with_context", [], {}),
         ],
         ids=["too-many-args", "unknown-kwarg", "missing-arg", "context-task-missing-arg"],
     )
@@ -730,7 +735,7 @@ class TestJobStarted:
         job = tasks.asks_retry.enqueue(0)
         execute(claim(job))
         execute(claim(job))
-        missing = JobFactory(task="tests.tasks.no_such_task", queue="other")
+        missing = JobFactory(task="tests.jobs.tasks.no_such_task", queue="other")
         execute(claim(missing))
 
         assert [(sent["job_id"], sent["attempt"]) for sent in started] == [

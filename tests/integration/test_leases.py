@@ -20,8 +20,8 @@ from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
 from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
 
 WAIT = 30  # seconds any thread may take before the test fails
 T = TypeVar("T")
@@ -102,7 +102,7 @@ class TestClaim:
         tasks.send_invoice.enqueue(42, copy=True)
         lease = claim_one()
         assert (lease.task, lease.args, lease.kwargs) == (
-            "tests.tasks.send_invoice",
+            "tests.jobs.tasks.send_invoice",
             [42],
             {"copy": True},
         )
@@ -466,7 +466,7 @@ class TestReap:
 
         before = timezone.now()
         assert leases.reap(backoff_for=backoff_for).retried == [lease.job_id]
-        assert asked == [("tests.tasks.flaky", None)]
+        assert asked == [("tests.jobs.tasks.flaky", None)]
         # Base 600 s, jittered to [300, 600]; flaky's own policy would wait 5-10 s.
         run_at = Job.objects.get(pk=lease.job_id).run_at
         assert before + timedelta(seconds=300) <= run_at <= timezone.now() + timedelta(seconds=600)
@@ -511,7 +511,7 @@ class TestOperatorTransitions:
 
     def test_requeue_revives_one_of_several_dead_jobs_sharing_a_dedupe_key(self) -> None:
         first, second, third = (JobFactory(dead=True, dedupe_key="k") for _ in range(3))
-        other_task = JobFactory(dead=True, dedupe_key="k", task="tests.tasks.flaky")
+        other_task = JobFactory(dead=True, dedupe_key="k", task="tests.jobs.tasks.flaky")
         plain = JobFactory(dead=True)
         selected = [third.pk, second.pk, first.pk, other_task.pk, plain.pk]
         result = leases.requeue_report(selected, 1, actor="alice")

@@ -9,6 +9,7 @@ sequentially, and none counts the whole table exactly.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue import listing
 from django_dbqueue.models import Job
+
+logger = logging.getLogger(__name__)
 
 ROWS = 200_000
 CHANGELIST = "/admin/django_dbqueue/job/"
@@ -118,7 +121,7 @@ def test_every_query_of_the_list_page_reads_the_job_table_through_an_index(
         assert statements, query
         plans = {statement: scans(statement) for statement in statements}
         read = sorted(set().union(*plans.values()))
-        print(f"?{query}: {len(queries)} queries; the job table is read by {read}")
+        logger.info(f"?{query}: {len(queries)} queries; the job table is read by {read}")
         for statement, found in plans.items():
             assert not any(scan.startswith("Seq Scan") for scan in found), (query, statement)
         whole_table_counts = [s for s in statements if "COUNT(*)" in s and "WHERE" not in s]

@@ -6,11 +6,9 @@ import logging
 import socket
 import sys
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import prometheus_client
 import pytest
@@ -27,10 +25,11 @@ import django_dbqueue
 from django_dbqueue import metrics
 from django_dbqueue.metrics import WorkerCollector, prometheus_buckets, serve, worker_registry
 from django_dbqueue.stats import QueueStats
-from django_dbqueue.worker.stats import Histogram, WorkerStats
+from django_dbqueue.worker.counters import Histogram, WorkerCounters
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
+from tests.waiting import wait_until
 
 QUEUE_GAUGES = [
     "dbqueue_queue_ready_jobs",
@@ -47,7 +46,7 @@ WORKER_COUNTERS = [
     "dbqueue_worker_jobs_retried_total",
     "dbqueue_worker_jobs_dead_total",
     "dbqueue_worker_jobs_cancelled_total",
-    "dbqueue_worker_lost_lease_writes_total",
+    "dbqueue_worker_lease_lost_total",
     "dbqueue_worker_renew_failures_total",
     "dbqueue_worker_unrecorded_total",
 ]
@@ -84,15 +83,6 @@ def free_port() -> int:
 def fetch(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return str(response.read().decode())
-
-
-def poll(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return result
 
 
 def refused(port: int) -> bool:
@@ -204,7 +194,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
     worker = Worker(WorkerOptions(burst=True, worker_id="w-metrics"))
     worker.run()
     registry = CollectorRegistry()
-    registry.register(WorkerCollector(worker.worker_id, worker.stats))
+    registry.register(WorkerCollector(worker.worker_id, worker.counters))
 
     types, samples = parse(generate_latest(registry).decode())
 
@@ -223,7 +213,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
         "dbqueue_worker_jobs_retried_total": 1,
         "dbqueue_worker_jobs_dead_total": 1,
         "dbqueue_worker_jobs_cancelled_total": 0,
-        "dbqueue_worker_lost_lease_writes_total": 0,
+        "dbqueue_worker_lease_lost_total": 0,
         "dbqueue_worker_renew_failures_total": 0,
         "dbqueue_worker_unrecorded_total": 0,
     }
@@ -239,10 +229,10 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
 class TestMetricsServer:
     def test_serves_worker_counters_and_queue_gauges_and_frees_the_port_on_close(self) -> None:
         JobFactory(queue="mail", dead=True)
-        stats = WorkerStats()
-        stats.add("claimed", 3)
-        stats.run_duration.observe(0.2)
-        server = serve("w-http", stats, "127.0.0.1", 0)
+        counters = WorkerCounters()
+        counters.add("claimed", 3)
+        counters.run_duration.observe(0.2)
+        server = serve("w-http", counters, "127.0.0.1", 0)
         host, port = server.address
         try:
             types, samples = parse(fetch(port))
@@ -271,13 +261,13 @@ class TestMetricsServer:
                 return int(cursor.fetchone()[0])
 
         before = backends()
-        server = serve("w-conn", WorkerStats(), "127.0.0.1", 0)
+        server = serve("w-conn", WorkerCounters(), "127.0.0.1", 0)
         try:
             for _ in range(5):
                 fetch(server.address[1])
         finally:
             server.close()
-        poll(lambda: backends() == before, 10, f"{before} backends again, not {backends()}")
+        wait_until(lambda: backends() == before, 10, f"{before} backends again, not {backends()}")
 
     def test_database_error_leaves_out_the_queue_gauges_but_serves_the_counters(
         self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -286,10 +276,10 @@ class TestMetricsServer:
             raise OperationalError("connection refused")
 
         monkeypatch.setattr(metrics, "queue_stats", unreachable)
-        stats = WorkerStats()
-        stats.add("succeeded", 2)
+        counters = WorkerCounters()
+        counters.add("succeeded", 2)
         with caplog.at_level(logging.WARNING, logger="django_dbqueue.metrics"):
-            text = generate_latest(worker_registry("w-down", stats)).decode()
+            text = generate_latest(worker_registry("w-down", counters)).decode()
         types, samples = parse(text)
         assert not set(types) & set(QUEUE_GAUGES)
         assert value(samples, "dbqueue_worker_jobs_succeeded_total", worker_id="w-down") == 2
@@ -315,7 +305,7 @@ class TestMetricsServer:
                 gauge = samples.get(("dbqueue_queue_succeeded_last_hour", (("queue", "default"),)))
                 return samples if done == 3 and gauge == 3 else None
 
-            samples = poll(scraped_after_three_jobs, 30, "three succeeded jobs in /metrics")
+            samples = wait_until(scraped_after_three_jobs, 30, "three succeeded jobs in /metrics")
         finally:
             worker.stop()
             thread.join(30)
@@ -407,7 +397,7 @@ def test_the_worker_metrics_port_serves_a_flood_from_one_read(
 
     monkeypatch.setattr(metrics, "queue_stats", counted)
     JobFactory(queue="mail", dead=True)
-    server = serve("w-flood", WorkerStats(), "127.0.0.1", 0)
+    server = serve("w-flood", WorkerCounters(), "127.0.0.1", 0)
     try:
         bodies: list[str] = []
         scrapers = [

@@ -121,8 +121,8 @@ def test_finished_jobs_do_not_hold_their_dedupe_key() -> None:
 
 
 def test_same_dedupe_key_on_different_tasks_does_not_conflict() -> None:
-    JobFactory(task="tests.tasks.noop", dedupe_key="order:1")
-    JobFactory(task="tests.tasks.send_invoice", dedupe_key="order:1", running=True)
+    JobFactory(task="tests.jobs.tasks.noop", dedupe_key="order:1")
+    JobFactory(task="tests.jobs.tasks.send_invoice", dedupe_key="order:1", running=True)
 
     assert Job.objects.active().filter(dedupe_key="order:1").count() == 2
 
@@ -132,7 +132,7 @@ def test_null_dedupe_keys_never_conflict() -> None:
     JobFactory(dedupe_key=None)
     JobFactory(dedupe_key=None, running=True)
 
-    assert Job.objects.active().filter(task="tests.tasks.noop").count() == 3
+    assert Job.objects.active().filter(task="tests.jobs.tasks.noop").count() == 3
 
 
 @pytest.mark.parametrize("trait", [None, *TRAITS])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -24,8 +23,9 @@ from django_dbqueue import InvalidJob, dashboard, periodic
 from django_dbqueue.models import Job, PeriodicSlot
 from django_dbqueue.periodic import Schedule, Scheduler, enqueue_due
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests.periodic_tasks import nightly, report, tick
+from tests.jobs.periodic_tasks import nightly, report, tick
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 UTC = dt_timezone.utc
 NOON = datetime(2025, 3, 3, 12, 0, tzinfo=UTC)
@@ -125,7 +125,7 @@ class TestDeclaring:
             "0 3 * * *", queue="mail", timezone="Europe/Paris", args=("us",), kwargs={"full": True}
         )(report)
         assert decorated is report
-        schedule = registry["tests.periodic_tasks.report"]
+        schedule = registry["tests.jobs.periodic_tasks.report"]
         assert (schedule.task, schedule.cron, schedule.timezone_name) == (
             report,
             "0 3 * * *",
@@ -152,7 +152,7 @@ class TestDeclaring:
     def test_a_bad_cron_expression_is_refused_at_declaration(self, cron: Any, reason: str) -> None:
         with pytest.raises(InvalidJob, match=reason) as info:
             periodic.periodic(cron)(report)
-        assert "tests.periodic_tasks.report" in str(info.value)
+        assert "tests.jobs.periodic_tasks.report" in str(info.value)
         assert periodic.schedules() == []
 
     @pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "", "../etc/passwd", 2])
@@ -237,7 +237,7 @@ class TestEnqueueDue:
         (job,) = enqueue_due(NOON)
         job.refresh_from_db()
         assert (job.task, job.queue, job.args, job.kwargs) == (
-            "tests.periodic_tasks.report",
+            "tests.jobs.periodic_tasks.report",
             "mail",
             ["us"],
             {"full": True},
@@ -297,7 +297,10 @@ class TestEnqueueDue:
         with caplog.at_level(logging.ERROR, logger="django_dbqueue.periodic"):
             (job,) = enqueue_due(NOON)
         assert job.task == fine.name
-        assert "periodic task=tests.periodic_tasks.nightly slot=2025-03-03T12:00:00" in caplog.text
+        assert (
+            "periodic task=tests.jobs.periodic_tasks.nightly slot=2025-03-03T12:00:00"
+            in caplog.text
+        )
         assert "not in DBQUEUE['QUEUES']" in caplog.text
         assert PeriodicSlot.objects.get(task=blocked.name).last_slot == NOON - timedelta(minutes=5)
 
@@ -402,13 +405,6 @@ def running_worker() -> Iterator[Callable[..., Worker]]:
         assert not thread.is_alive()
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.django_db(transaction=True)
 class TestWorker:
     def test_a_running_worker_enqueues_each_due_slot_once_and_runs_it(
@@ -416,7 +412,9 @@ class TestWorker:
     ) -> None:
         every("* * * * * *", task=tick)
         worker = running_worker(poll_interval=0.1, concurrency=2)
-        wait_for(lambda: Job.objects.succeeded().count() >= 2, "two periodic jobs to succeed")
+        wait_until(
+            lambda: Job.objects.succeeded().count() >= 2, WAIT, "two periodic jobs to succeed"
+        )
         worker.stop()
         slots = [slot_of(job) for job in Job.objects.all()]
         assert len(slots) == len(set(slots))
@@ -448,7 +446,7 @@ class TestWorker:
         monkeypatch.setattr(Scheduler, "enqueue_due", flaky)
         with caplog.at_level(logging.WARNING, logger="django_dbqueue"):
             running_worker(poll_interval=0.1)
-            wait_for(lambda: Job.objects.exists(), "a periodic job after the error")
+            wait_until(lambda: Job.objects.exists(), WAIT, "a periodic job after the error")
         assert (
             "periodic scheduling failed (connection lost), retrying until it recovers"
             in caplog.text
@@ -539,12 +537,12 @@ class TestHealthView:
         response = admin_client.get(CHANGELIST)
         assert response.status_code == 200
         table = ScheduleTable(response.content.decode())
-        name, cron, zone, queue, last, upcoming = table.rows["tests.periodic_tasks.nightly"]
+        name, cron, zone, queue, last, upcoming = table.rows["tests.jobs.periodic_tasks.nightly"]
         assert (cron, zone, queue) == ("0 0 1 1 *", "Europe/Paris", "reports")
         assert last == f"{recorded.slot_at(now):%Y-%m-%d %H:%M:%S} UTC"
         assert upcoming.startswith(f"{recorded.next_after(now):%Y-%m-%d %H:%M:%S} UTC (in ")
         assert "dbqueue-overdue" not in table.classes[name]
-        unseen = table.rows["tests.periodic_tasks.report"]
+        unseen = table.rows["tests.jobs.periodic_tasks.report"]
         assert unseen[1:4] == ["0 3 * * *", "UTC", "mail"]
         assert "no worker has seen this schedule yet" in unseen[4]
-        assert "dbqueue-overdue" in table.classes["tests.periodic_tasks.report"]
+        assert "dbqueue-overdue" in table.classes["tests.jobs.periodic_tasks.report"]

@@ -1,4 +1,4 @@
-"""Per-key serial execution in the claim, and ``async def`` tasks (issue 5, items 4 and 2).
+"""Per-key serial execution in the claim, and ``async def`` tasks.
 
 Jobs sharing a ``serial_key`` are claimed one at a time in enqueue (id)
 order: a job waits while an earlier job with its key is ``ready`` or
@@ -9,6 +9,7 @@ job's thread, so two of them in two slots run at once.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -23,10 +24,13 @@ from django.utils import timezone
 from django_dbqueue import InvalidJob, sql
 from django_dbqueue.leases import Lease, cancel, claim, complete, fail, release, requeue
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.worker.execute import Outcome, execute
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import serial_tasks, tasks
+from tests.jobs import serial_tasks, tasks
 from tests.testapp.models import Gate
+
+logger = logging.getLogger(__name__)
 
 WAIT = 30.0  # seconds any thread may take before the test fails
 LATER = timedelta(minutes=5)
@@ -236,7 +240,7 @@ def serial_backlog() -> None:
             INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,
                 attempts, max_attempts, lease_token, lease_seconds, created_at, finished_at,
                 serial_key, last_error_code, last_error, errors)
-            SELECT (ARRAY['default', 'mail', 'reports'])[1 + n %% 3], 'tests.tasks.noop',
+            SELECT (ARRAY['default', 'mail', 'reports'])[1 + n %% 3], 'tests.jobs.tasks.noop',
                 '[]', '{}', CASE WHEN n %% 2 = 0 THEN 'ready' ELSE 'succeeded' END,
                 n * 5 / (%s + 1), now() - interval '1 minute',
                 CASE WHEN n %% 2 = 0 THEN 0 ELSE 1 END, 5,
@@ -305,9 +309,9 @@ def test_serial_claim_reads_the_ready_index_and_probes_keys_through_the_serial_i
         transaction.set_rollback(True)
     claimed = analyzed["Plan"]["Actual Rows"]
     probed, held_back = probes(analyzed)
-    # The figures the issue asks to see (pytest -s shows them).
-    print(
-        f"\nserial claim queues={queues}: {analyzed['Execution Time']:.2f} ms, {claimed} jobs "
+    # The claim's cost in figures (logged at INFO: --log-cli-level=INFO shows them).
+    logger.info(
+        f"serial claim queues={queues}: {analyzed['Execution Time']:.2f} ms, {claimed} jobs "
         f"claimed, {probed} key probes found {held_back} held back; {2 * BACKLOG} rows"
     )
     assert claimed == 10

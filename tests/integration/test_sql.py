@@ -10,7 +10,7 @@ import pytest
 from django.db import OperationalError, connection
 
 from django_dbqueue import leases
-from tests import tasks
+from tests.jobs import tasks
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from django.db import connection
 
 from django_dbqueue import leases, sql
 from django_dbqueue.models import Job
-from tests import tasks
+from tests.jobs import tasks
 
 #: The claim's columns, as every vendor's block names them.
 CLAIM_COLUMNS = {

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from django_dbqueue import Job, JobState
 from django_dbqueue.testing import WORKER_ID, JobRun, run_jobs
-from tests import tasks
-from tests.tasks import asks_retry, flaky, noop, permanent, send_invoice
+from tests.jobs import tasks
+from tests.jobs.tasks import asks_retry, flaky, noop, permanent, send_invoice
 
 EAGER = {"LEASE_SECONDS": 30, "EAGER": True}
 

@@ -7,18 +7,18 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
-from django_dbqueue import leases
+from django_dbqueue import leases, runnable
 from django_dbqueue.context import JobContext
+from django_dbqueue.errors import TASK_NOT_FOUND
 from django_dbqueue.models import Job, JobState
+from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.live import LiveJobs
-from django_dbqueue.worker.stats import WorkerStats
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
-from tests import tasks
 from tests.factories import JobFactory
+from tests.jobs import tasks
 
 
 def live_job(timeout: float | None = None) -> tuple[LiveJobs, JobContext]:
@@ -39,8 +39,24 @@ class TestWorkerInProcess:
         worker.run()
         assert Job.objects.succeeded().count() == 30
         assert Job.objects.ready().count() == 1
-        assert worker.stats.snapshot()["claimed"] == 30
-        assert worker.stats.snapshot()["succeeded"] == 30
+        assert worker.counters.snapshot()["claimed"] == 30
+        assert worker.counters.snapshot()["succeeded"] == 30
+
+    def test_each_job_s_task_is_resolved_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = runnable.resolve
+        resolved: list[str] = []
+
+        def counted(task: str, backend: str | None) -> runnable.Runnable:
+            resolved.append(task)
+            return real(task, backend)
+
+        monkeypatch.setattr(runnable, "resolve", counted)
+        tasks.noop.enqueue_many([((), {})] * 3)
+        JobFactory(task="tests.jobs.tasks.no_such_task")
+        Worker(WorkerOptions(burst=True, concurrency=2)).run()
+        assert Job.objects.succeeded().count() == 3
+        assert Job.objects.get(state=JobState.DEAD).last_error_code == TASK_NOT_FOUND
+        assert len(resolved) == 4
 
     def test_outcomes_are_counted(self) -> None:
         tasks.noop.enqueue()
@@ -48,7 +64,7 @@ class TestWorkerInProcess:
         tasks.flaky.enqueue("down")
         worker = Worker(WorkerOptions(burst=True))
         worker.run()
-        counts = worker.stats.snapshot()
+        counts = worker.counters.snapshot()
         assert (counts["succeeded"], counts["dead"], counts["retried"]) == (1, 1, 1)
 
     def test_max_jobs_stops_after_that_many(self) -> None:
@@ -74,16 +90,16 @@ class TestWorkerInProcess:
         def write_once_the_next_job_is_claimed(done: list[tuple[leases.Lease, str]]) -> set[int]:
             if not second_claimed_before_first_write:
                 deadline = time.monotonic() + 30
-                while worker.stats.claimed < 2 and time.monotonic() < deadline:
+                while worker.counters.claimed < 2 and time.monotonic() < deadline:
                     time.sleep(0.005)
-                second_claimed_before_first_write.append(worker.stats.claimed == 2)
+                second_claimed_before_first_write.append(worker.counters.claimed == 2)
             return write(done)
 
         monkeypatch.setattr(leases, "complete_many", write_once_the_next_job_is_claimed)
         worker.run()  # returns only once every success is written
         assert second_claimed_before_first_write == [True]
         assert Job.objects.succeeded().count() == 2
-        assert worker.stats.snapshot()["succeeded"] == 2
+        assert worker.counters.snapshot()["succeeded"] == 2
 
     def test_stop_from_another_thread_drains_and_returns(self) -> None:
         worker = Worker(WorkerOptions(poll_interval=30))
@@ -99,7 +115,7 @@ class TestHeartbeat:
         Job.objects.filter(pk=context.job_id).update(
             lease_until=timezone.now() + timedelta(seconds=1)
         )
-        Heartbeat(live, WorkerStats(), threading.Event()).beat()
+        Heartbeat(live, WorkerCounters(), threading.Event()).beat()
         assert Job.objects.get(pk=context.job_id).lease_until > timezone.now() + timedelta(
             seconds=20
         )
@@ -110,19 +126,19 @@ class TestHeartbeat:
         Job.objects.filter(pk=context.job_id).update(
             lease_until=timezone.now() - timedelta(seconds=1)
         )
-        stats = WorkerStats()
-        Heartbeat(live, stats, threading.Event()).beat()
+        counters = WorkerCounters()
+        Heartbeat(live, counters, threading.Event()).beat()
         assert context.lease_lost.is_set()
-        assert stats.snapshot()["renew_failures"] == 1
+        assert counters.snapshot()["renew_failures"] == 1
 
     def test_beat_over_a_job_its_own_success_just_settled_is_no_lost_lease(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
         live, context = live_job()
         assert leases.complete(context.lease, None)  # the completer wrote it; not yet removed
-        stats = WorkerStats()
-        Heartbeat(live, stats, threading.Event()).beat()
-        assert stats.snapshot()["renew_failures"] == 0
+        counters = WorkerCounters()
+        Heartbeat(live, counters, threading.Event()).beat()
+        assert counters.snapshot()["renew_failures"] == 0
         assert "lease lost" not in caplog.text
 
     def test_a_failing_beat_is_survived_and_retried_within_the_lease(
@@ -143,7 +159,7 @@ class TestHeartbeat:
 
         monkeypatch.setattr(leases, "renew_all", fail_twice)
         stop = threading.Event()
-        heartbeat = Heartbeat(live, WorkerStats(), stop)
+        heartbeat = Heartbeat(live, WorkerCounters(), stop)
         heartbeat.interval = lambda: 0.3  # type: ignore[method-assign]  # beat often in a test
         heartbeat.start()
         try:
@@ -158,32 +174,10 @@ class TestHeartbeat:
     def test_beat_stops_renewing_a_job_past_its_timeout(self) -> None:
         live, context = live_job(timeout=-1)
         before = Job.objects.get(pk=context.job_id).lease_until
-        Heartbeat(live, WorkerStats(), threading.Event()).beat()
+        Heartbeat(live, WorkerCounters(), threading.Event()).beat()
         assert context.lease_lost.is_set()
         assert Job.objects.get(pk=context.job_id).lease_until == before
 
     def test_interval_is_a_third_of_the_shortest_lease(self) -> None:
         live, _ = live_job()
-        assert Heartbeat(live, WorkerStats(), threading.Event()).interval() == pytest.approx(10)
-
-
-@pytest.mark.django_db
-class TestPurgeCommand:
-    def test_dry_run_counts_and_deletes_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
-        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
-        call_command("dbqueue_purge", "--dry-run")
-        assert "would delete 1 finished job(s)" in capsys.readouterr().out
-        assert Job.objects.count() == 1
-
-    def test_purge_deletes_old_finished_jobs(self, capsys: pytest.CaptureFixture[str]) -> None:
-        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
-        JobFactory(state=JobState.READY)
-        call_command("dbqueue_purge", "--batch-size", "10")
-        assert "deleted 1 finished job(s)" in capsys.readouterr().out
-        assert Job.objects.count() == 1
-
-    def test_a_batch_size_below_one_is_a_command_error(self) -> None:
-        from django.core.management import CommandError
-
-        with pytest.raises(CommandError, match="--batch-size"):
-            call_command("dbqueue_purge", "--batch-size", "0")
+        assert Heartbeat(live, WorkerCounters(), threading.Event()).interval() == pytest.approx(10)

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_dbqueue import leases
 from django_dbqueue.worker.session import worker_session
-from tests import tasks
+from tests.jobs import tasks
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
 

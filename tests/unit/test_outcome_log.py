@@ -35,7 +35,7 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
 
 @pytest.fixture(autouse=True)
 def _debug(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="django_dbqueue.worker.execute")
+    caplog.set_level(logging.DEBUG, logger="django_dbqueue.worker.outcome_log")
 
 
 def test_successes_log_at_info_while_few_come_each_second(

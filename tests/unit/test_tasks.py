@@ -13,7 +13,7 @@ from django_dbqueue.exceptions import TaskNotFound
 from django_dbqueue.retry import Backoff
 from django_dbqueue.tasks import Task, load_task
 from django_dbqueue.validation import binding_problem
-from tests import tasks
+from tests.jobs import tasks
 
 
 def double(value: int) -> int:
@@ -71,7 +71,7 @@ def test_task_keeps_the_functions_identity() -> None:
 
 
 def test_name_is_module_and_qualified_name() -> None:
-    assert tasks.send_invoice.name == "tests.tasks.send_invoice"
+    assert tasks.send_invoice.name == "tests.jobs.tasks.send_invoice"
     assert task(double).name == f"{__name__}.double"
 
 
@@ -137,15 +137,15 @@ def test_bind_raises_type_error_for_arguments_that_do_not_fit() -> None:
 
 
 def test_load_task_returns_the_task_at_a_path() -> None:
-    assert load_task("tests.tasks.send_invoice") is tasks.send_invoice
+    assert load_task("tests.jobs.tasks.send_invoice") is tasks.send_invoice
 
 
 def test_load_task_on_a_plain_function_raises_task_not_found() -> None:
     with pytest.raises(TaskNotFound, match="not a django_dbqueue @task"):
-        load_task("tests.tasks.plain_function")
+        load_task("tests.jobs.tasks.plain_function")
 
 
-@pytest.mark.parametrize("path", ["tests.tasks.does_not_exist", "tests.no_such_module.noop"])
+@pytest.mark.parametrize("path", ["tests.jobs.tasks.does_not_exist", "tests.no_such_module.noop"])
 def test_load_task_on_a_missing_path_raises_task_not_found(path: str) -> None:
     with pytest.raises(TaskNotFound, match="cannot be imported"):
         load_task(path)

@@ -11,6 +11,7 @@ from typing import Any
 
 from django_dbqueue import JobContext, task
 from django_dbqueue.models import Job
+from tests.jobs.gates import gate_opens
 from tests.testapp.models import Gate
 
 
@@ -62,10 +63,5 @@ async def rendezvous(mine: str, theirs: str, wait: float) -> str:
     read-then-write transaction there fails at once when another one reads).
     """
     await Gate.objects.filter(name=mine).aupdate(is_open=True)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while not await Gate.objects.filter(name=theirs, is_open=True).aexists():
-        if loop.time() > deadline:
-            raise TimeoutError(f"gate {theirs!r} stayed closed for {wait}s")
-        await asyncio.sleep(0.01)
+    await gate_opens(theirs, wait, every=0.01)
     return mine

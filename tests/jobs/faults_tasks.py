@@ -17,8 +17,8 @@ from django.dispatch import receiver
 from django_dbqueue import JobContext, Retry, signals, task
 from django_dbqueue.leases import Lease
 from django_dbqueue.retry import Backoff
-from tests.e2e.e2ecrash_tasks import QUICK_RETRY
-from tests.e2e.tasks import finish, record, wait_for_gate
+from tests.jobs.crash_tasks import QUICK_RETRY
+from tests.jobs.e2e_tasks import finish, record, wait_for_gate
 from tests.testapp.models import Execution
 
 
@@ -90,7 +90,7 @@ def announced_after_gate(context: JobContext, gate: str) -> dict[str, int]:
     return {"attempt": context.attempt}
 
 
-@receiver(signals.job_finished, dispatch_uid="tests.e2e.e2efaults_tasks.record_job_finished")
+@receiver(signals.job_finished, dispatch_uid="tests.jobs.faults_tasks.record_job_finished")
 def record_job_finished(lease: Lease, outcome: str, **_: Any) -> None:
     """Each ``job_finished`` of ``announced_after_gate`` as an ``Execution`` labelled with it."""
     if lease.task == f"{__name__}.announced_after_gate":

@@ -17,7 +17,7 @@ COUNTERS = (
     "retried",
     "dead",
     "cancelled",
-    "lost_lease_writes",
+    "lease_lost",
     "unrecorded",
     "renew_failures",
 )
@@ -73,10 +73,10 @@ class Histogram:
 
 
 @dataclass
-class WorkerStats:
+class WorkerCounters:
     """What this process did since it started. Increments and observations are thread-safe.
 
-    ``lost_lease_writes`` counts attempts whose outcome the database refused
+    ``lease_lost`` counts attempts whose outcome the database refused
     because the lease was gone; ``unrecorded`` counts outcomes that could not
     be written at all (database unreachable until the lease ran out: the
     reaper recovers those jobs); ``renew_failures`` counts leases the
@@ -91,7 +91,7 @@ class WorkerStats:
     retried: int = 0
     dead: int = 0
     cancelled: int = 0
-    lost_lease_writes: int = 0
+    lease_lost: int = 0
     unrecorded: int = 0
     renew_failures: int = 0
     claim_duration: Histogram = field(

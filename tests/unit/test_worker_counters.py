@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from django_dbqueue.worker.stats import (
+from django_dbqueue.worker.counters import (
     CLAIM_BUCKETS,
     COUNTERS,
     RUN_BUCKETS,
     Histogram,
     HistogramSnapshot,
-    WorkerStats,
+    WorkerCounters,
 )
 
 
@@ -72,25 +72,25 @@ def test_concurrent_observations_are_all_counted() -> None:
 
 
 def test_snapshot_still_returns_exactly_the_counters() -> None:
-    stats = WorkerStats()
-    stats.add("claimed", 3)
-    stats.add("renew_failures")
-    stats.run_duration.observe(0.2)
-    assert stats.snapshot() == {
+    counters = WorkerCounters()
+    counters.add("claimed", 3)
+    counters.add("renew_failures")
+    counters.run_duration.observe(0.2)
+    assert counters.snapshot() == {
         "claimed": 3,
         "succeeded": 0,
         "retried": 0,
         "dead": 0,
         "cancelled": 0,
-        "lost_lease_writes": 0,
+        "lease_lost": 0,
         "unrecorded": 0,
         "renew_failures": 1,
     }
-    assert tuple(stats.snapshot()) == COUNTERS
+    assert tuple(counters.snapshot()) == COUNTERS
 
 
 def test_each_worker_has_its_own_claim_and_run_histograms() -> None:
-    first, second = WorkerStats(), WorkerStats()
+    first, second = WorkerCounters(), WorkerCounters()
     first.claim_duration.observe(0.002)
     first.run_duration.observe(2.0)
     assert first.claim_duration.buckets == CLAIM_BUCKETS
@@ -101,4 +101,4 @@ def test_each_worker_has_its_own_claim_and_run_histograms() -> None:
 
 def test_adding_to_an_unknown_counter_is_refused() -> None:
     with pytest.raises(ValueError, match="not a worker counter"):
-        WorkerStats().add("claim_duration")
+        WorkerCounters().add("claim_duration")

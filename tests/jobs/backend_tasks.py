@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from datetime import datetime, timezone
 from typing import Any
 
 from django_dbqueue import PermanentError
 from django_dbqueue import task as dbqueue_task
+from tests.jobs.gates import gate_opens
 from tests.testapp.models import Gate
 
 try:
@@ -96,11 +96,7 @@ async def wait_for_marker(mine: str, theirs: str) -> str:
     """Open gate ``mine``, then wait for gate ``theirs``: both jobs must run at once."""
     # One INSERT, no read-then-write transaction: two of those deadlock on SQLite.
     await Gate.objects.acreate(name=mine, is_open=True)
-    deadline = time.monotonic() + MEET_TIMEOUT
-    while not await Gate.objects.filter(name=theirs, is_open=True).aexists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gate {theirs!r} stayed closed for {MEET_TIMEOUT}s")
-        await asyncio.sleep(0.02)
+    await gate_opens(theirs, MEET_TIMEOUT, every=0.02)
     return mine
 
 

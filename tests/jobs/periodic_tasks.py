@@ -8,7 +8,7 @@ other test runs in this process.
 from __future__ import annotations
 
 from django_dbqueue import JobContext, task
-from tests.e2e.tasks import finish, record
+from tests.jobs.e2e_tasks import finish, record
 
 
 @task

@@ -1,6 +1,6 @@
 """Tasks of the crash e2e tests (``test_crashes.py``), run by real worker processes.
 
-Each records its attempts through ``tests.e2e.tasks.record`` so the test can
+Each records its attempts through ``tests.jobs.e2e_tasks.record`` so the test can
 see which worker ran which attempt, with which idempotency key.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_dbqueue import Backoff, JobContext, task
-from tests.e2e.tasks import finish, record, wait_for_gate
+from tests.jobs.e2e_tasks import finish, record, wait_for_gate
 from tests.testapp.models import Effect
 
 #: Retry almost at once, so recovered jobs run again without a visible pause.

@@ -1,4 +1,5 @@
-"""``dbqueue_requeue`` and ``dbqueue_cancel``: selectors, --dry-run, counts, mistakes."""
+"""The operator commands: ``dbqueue_requeue`` and ``dbqueue_cancel`` (selectors, --dry-run,
+counts, mistakes) and ``dbqueue_purge``."""
 
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ def dead(**fields: object) -> Job:
 
 class TestRequeueCommand:
     def test_each_selector_narrows_the_dead_jobs_requeued(self) -> None:
-        hit = dead(queue="mail", task="tests.tasks.flaky", last_error_code="Timeout")
+        hit = dead(queue="mail", task="tests.jobs.tasks.flaky", last_error_code="Timeout")
         misses = [
-            dead(queue="default", task="tests.tasks.flaky", last_error_code="Timeout"),
-            dead(queue="mail", task="tests.tasks.noop", last_error_code="Timeout"),
-            dead(queue="mail", task="tests.tasks.flaky", last_error_code="ValueError"),
+            dead(queue="default", task="tests.jobs.tasks.flaky", last_error_code="Timeout"),
+            dead(queue="mail", task="tests.jobs.tasks.noop", last_error_code="Timeout"),
+            dead(queue="mail", task="tests.jobs.tasks.flaky", last_error_code="ValueError"),
             dead(
                 queue="mail",
-                task="tests.tasks.flaky",
+                task="tests.jobs.tasks.flaky",
                 last_error_code="Timeout",
                 finished_at=timezone.now() - timedelta(days=2),
             ),
@@ -46,7 +47,7 @@ class TestRequeueCommand:
         output = run(
             "dbqueue_requeue",
             "--queue=mail",
-            "--task=tests.tasks.flaky",
+            "--task=tests.jobs.tasks.flaky",
             "--error-code=Timeout",
             "--since=1d",
             "--extra-attempts=3",
@@ -69,7 +70,7 @@ class TestRequeueCommand:
 
     def test_jobs_sharing_a_dedupe_key_requeue_one_and_name_the_others(self) -> None:
         first, second, third = (dead(dedupe_key="invoice:9") for _ in range(3))
-        output = run("dbqueue_requeue", "--task=tests.tasks.noop").splitlines()
+        output = run("dbqueue_requeue", "--task=tests.jobs.tasks.noop").splitlines()
         assert output == [
             "requeued 1 dead job(s) with 1 more attempt(s)",
             "skipped 2 whose task and dedupe key another job holds (active, or requeued first): "
@@ -129,9 +130,9 @@ class TestCancelCommand:
         assert states() == {old.pk: JobState.READY, new.pk: JobState.CANCELLED}
 
     def test_dry_run_counts_and_changes_nothing(self) -> None:
-        JobFactory(task="tests.tasks.flaky")
-        JobFactory(task="tests.tasks.flaky", running=True)
-        assert run("dbqueue_cancel", "--task=tests.tasks.flaky", "--dry-run") == (
+        JobFactory(task="tests.jobs.tasks.flaky")
+        JobFactory(task="tests.jobs.tasks.flaky", running=True)
+        assert run("dbqueue_cancel", "--task=tests.jobs.tasks.flaky", "--dry-run") == (
             "would cancel 1 ready job(s) and ask 1 running job(s) to stop"
         )
         assert set(states().values()) == {JobState.READY, JobState.RUNNING}
@@ -142,3 +143,20 @@ class TestCancelCommand:
         with pytest.raises(CommandError, match="Name the jobs"):
             run("dbqueue_cancel")
         assert set(states().values()) == {JobState.READY}
+
+
+class TestPurge:
+    def test_dry_run_counts_and_deletes_nothing(self) -> None:
+        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
+        assert "would delete 1 finished job(s)" in run("dbqueue_purge", "--dry-run")
+        assert Job.objects.count() == 1
+
+    def test_purge_deletes_old_finished_jobs(self) -> None:
+        JobFactory(succeeded=True, finished_at=timezone.now() - timedelta(days=3))
+        JobFactory(state=JobState.READY)
+        assert "deleted 1 finished job(s)" in run("dbqueue_purge", "--batch-size", "10")
+        assert Job.objects.count() == 1
+
+    def test_a_batch_size_below_one_is_a_command_error(self) -> None:
+        with pytest.raises(CommandError, match="--batch-size"):
+            run("dbqueue_purge", "--batch-size", "0")

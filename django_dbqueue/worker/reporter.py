@@ -1,0 +1,109 @@
+"""How an attempt ended (``Outcome``), and reporting it: its log line and ``signals.job_finished``.
+
+``report`` is called by the job's thread for what it wrote itself (inside the
+handler of a failure's exception, so receivers find it in ``sys.exc_info()``).
+The completer's successes are reported by an ``OutcomeReporter`` thread, in
+order, so neither a slow receiver (it may query the database) nor logging
+delays the next batch write. Waking workers after a commit is ``wakeups``'s
+business, not this module's.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from django.db import connections
+
+from django_dbqueue import signals
+from django_dbqueue.leases import Lease
+from django_dbqueue.models import Job
+from django_dbqueue.worker.outcome_log import outcome_log
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(str, enum.Enum):
+    """How an attempt ended, as logged and counted."""
+
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"
+    DEAD = "dead"
+    #: The database refused the write: the lease had been lost.
+    LEASE_LOST = "lease_lost"
+    #: The database stayed unreachable for a whole lease: the reaper recovers the job.
+    UNRECORDED = "unrecorded"
+    #: A success handed to the worker's completer, which writes it and reports the outcome.
+    HANDED_OVER = "handed_over"
+    #: The task stopped on an operator's cancel request (``JobCancelled``).
+    CANCELLED = "cancelled"
+
+
+#: Outcomes written to the job; ``signals.job_finished`` is sent for them.
+RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD, Outcome.CANCELLED)
+
+
+def report(lease: Lease, outcome: Outcome, code: str, duration: float) -> None:
+    """Log the attempt's line and, for a written outcome, send ``signals.job_finished``.
+
+    A success is logged at INFO while the worker is calm and at DEBUG while
+    successes come quickly (``outcome_log``), so INFO stays readable. Never
+    raises for a failing receiver (``send_robust``).
+    """
+    outcome_log.write(
+        "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s",
+        lease.job_id,
+        lease.task,
+        lease.attempt,
+        lease.max_attempts,
+        duration,
+        outcome.value,
+        code or "-",
+        quiet=outcome is Outcome.SUCCEEDED,
+    )
+    if outcome in RECORDED:
+        # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
+        signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
+
+
+class OutcomeReporter(threading.Thread):
+    """Reports queued outcomes (``report``) until ``close()`` and the queue is empty.
+
+    ``reported`` is called after each one (the worker's wake-up: a backlog
+    here holds claims back). The thread's connections are ordinary ones, as
+    in a job thread.
+    """
+
+    def __init__(self, reported: Callable[[], None]) -> None:
+        super().__init__(name="dbqueue-reporter", daemon=True)
+        self.reported = reported
+        self._inbox: queue.SimpleQueue[tuple[Lease, Outcome, float] | None] = queue.SimpleQueue()
+
+    @property
+    def backlog(self) -> int:
+        """Outcomes queued and not reported yet."""
+        return self._inbox.qsize()
+
+    def put(self, lease: Lease, outcome: Outcome, duration: float) -> None:
+        self._inbox.put((lease, outcome, duration))
+
+    def close(self, timeout: float) -> None:
+        """Report what is queued, then stop; wait up to ``timeout`` seconds."""
+        self._inbox.put(None)
+        self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            while (item := self._inbox.get()) is not None:
+                lease, outcome, duration = item
+                try:
+                    report(lease, outcome, "", duration)
+                # Receivers are the project's code: whatever they raise, the next one is reported.
+                except BaseException:
+                    log.exception("job id=%s outcome=%s not reported", lease.job_id, outcome.value)
+                self.reported()
+        finally:
+            connections.close_all()
