@@ -116,6 +116,7 @@ class ProcessSupervisor:
 
     def _start(self, child: Child) -> None:
         connections.close_all()  # a forked child must not share the parent's sockets
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: run one worker, never return into the supervisor
             code = 1
@@ -123,7 +124,7 @@ class ProcessSupervisor:
                 for sig in STOP_SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
                 os.setpgrp()
-                drain_when_orphaned(os.getppid())
+                drain_when_orphaned(supervisor)
                 code = self.run_child(child.index)
             except BaseException:  # the child's survival guard: say why it ends, exit 1
                 log.exception("supervisor process=%s crashed", child.index)

@@ -46,6 +46,7 @@ BENCHMARKS = {
     "drain_1x32",
     "drain_2x8",
     "drain_2x32",
+    "drain_2x32_one_command",
     "drain_1x32_async_commit",
     "raw_pickup_p50",
     "raw_pickup_p95",
