@@ -1,4 +1,6 @@
-"""``python -m benchmarks [--quick] [--json PATH] [--database-url URL]``, from the repository root.
+"""``python -m benchmarks [--quick] [--compare pgqueuer] [--json PATH] [--database-url URL]``.
+
+Run it from the repository root.
 
 Creates (and at the end drops) its own PostgreSQL database, measures, prints
 a table and writes the JSON. ``--quick`` runs the same benchmarks small, for
@@ -20,6 +22,13 @@ from benchmarks.env import DATABASE_URL_ENV, DEFAULT_DATABASE_URL
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="Small sizes (CI): about a minute.")
+    parser.add_argument(
+        "--compare",
+        choices=["pgqueuer"],
+        action="append",
+        default=[],
+        help="Also drain the same jobs with pgqueuer, interleaved with ours (the bench extra).",
+    )
     parser.add_argument(
         "--json",
         type=Path,
@@ -44,11 +53,15 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     django.setup()
     # Imported once Django is set up: they import models.
-    from benchmarks import report, suite
+    from benchmarks import compare, report, suite
     from benchmarks.sizes import DEFAULT, QUICK
 
     sizes = QUICK if args.quick else DEFAULT
-    results, run = suite.run(args.database_url, sizes)
+    with_pgqueuer = "pgqueuer" in args.compare
+    if with_pgqueuer and (why := compare.missing()):
+        print(why, file=sys.stderr)
+        with_pgqueuer = False
+    results, run = suite.run(args.database_url, sizes, with_pgqueuer=with_pgqueuer)
     print(report.table(results))
     report.write_json(args.json, results, {"mode": "quick" if args.quick else "default", **run})
     print(f"\nwrote {args.json} ({run['duration_seconds']:.0f} s)", file=sys.stderr)

@@ -37,6 +37,8 @@ class Drain:
     synchronous_commit: bool = True
     #: Run ``sizes.rounds`` times (interleaved with the other repeated ones), keep the best.
     repeated: bool = False
+    #: One ``runworkers --processes N`` command instead of ``processes`` separate commands.
+    one_command: bool = False
 
     @property
     def label(self) -> str:
@@ -45,7 +47,8 @@ class Drain:
             setting += ", WORKER_SYNCHRONOUS_COMMIT=False"
         processes = f"{self.processes} process{'es' if self.processes > 1 else ''}"
         threads = f"{self.concurrency} thread{'s' if self.concurrency > 1 else ''}"
-        return f"drain: {processes} x {threads}{setting}"
+        command = f", one command (--processes {self.processes})" if self.one_command else ""
+        return f"drain: {processes} x {threads}{setting}{command}"
 
     @property
     def settings(self) -> dict[str, object]:
@@ -69,6 +72,7 @@ DRAINS = (
     Drain("drain_1x32", 1, 32, repeated=True),
     Drain("drain_2x8", 2, 8, raw="raw_claim_complete_b8"),
     Drain("drain_2x32", 2, 32, repeated=True),
+    Drain("drain_2x32_one_command", 2, 32, repeated=True, one_command=True),
     Drain("drain_1x32_async_commit", 1, 32, synchronous_commit=False, repeated=True),
 )
 
@@ -77,8 +81,11 @@ def measure(session: Session, drain: Drain, ids: Ids, deadline: float) -> Result
     """Run ``drain``'s workers with ``--burst`` over the seeded ``ids``; their rate."""
     env = workers.environment(session.url, drain.conn_max_age, drain.settings)
     args = ["--burst", "--concurrency", str(drain.concurrency)]
+    commands = drain.processes
+    if drain.one_command:
+        args, commands = [*args, "--processes", str(drain.processes)], 1
     started = time.monotonic()
-    with workers.started(drain.processes, args, env, session.logs / drain.key) as running:
+    with workers.started(commands, args, env, session.logs / drain.key) as running:
         cut_short = not workers.wait_all(running, started + deadline)
         if cut_short:
             workers.stop_all(running)

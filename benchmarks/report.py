@@ -11,7 +11,7 @@ from benchmarks.results import Result, Results
 from benchmarks.targets import Verdict, judge
 
 HEADERS = ("benchmark", "n", "figure", "unit", "of raw", "target", "met")
-DECIMALS = {"jobs/s": 0, "ms": 2, "MiB": 1}
+DECIMALS = {"jobs/s": 0, "ms": 2, "MiB": 1, "µs/job": 1}
 
 
 def figure(result: Result) -> str:

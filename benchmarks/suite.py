@@ -16,7 +16,7 @@ import django
 import psycopg
 from django.db import connections
 
-from benchmarks import admin_pages, database, drain, enqueue, latency, lateness, memory
+from benchmarks import admin_pages, compare, database, drain, enqueue, latency, lateness, memory
 from benchmarks.results import Results
 from benchmarks.session import Session
 from benchmarks.sizes import Sizes
@@ -36,9 +36,15 @@ STEPS = (
 )
 
 
-def run(url: str, sizes: Sizes) -> tuple[Results, dict[str, Any]]:
-    """Measure everything on a fresh database at ``url``; the results and what ran them."""
+def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results, dict[str, Any]]:
+    """Measure everything on a fresh database at ``url``; the results and what ran them.
+
+    ``with_pgqueuer`` adds the side-by-side drain with pgqueuer right after ours.
+    """
     started = time.monotonic()
+    steps = list(STEPS)
+    if with_pgqueuer:
+        steps.insert(steps.index(drain.run) + 1, compare.run)
     database.create(url)
     try:
         with (
@@ -48,7 +54,7 @@ def run(url: str, sizes: Sizes) -> tuple[Results, dict[str, Any]]:
             database.migrate()
             session = Session(url, sizes, Path(logs), harness)
             facts: dict[str, Any] = {"sizes": asdict(sizes), "environment": environment(harness)}
-            for step in STEPS:
+            for step in steps:
                 print(f"{step.__module__}.{step.__name__}", file=sys.stderr, flush=True)
                 step(session)
     finally:

@@ -1,4 +1,4 @@
-"""The performance targets of issue 7 (item 3), each judged against figures of the same run."""
+"""The performance targets of issues 7 (item 3) and 16, each judged against one run's figures."""
 
 from __future__ import annotations
 
@@ -66,6 +66,17 @@ TARGETS = (
     ),
     Target("enqueue_many_prepared", "≥ 70% of raw", ("raw_multirow_insert",), at_least=0.70),
     Target("rss_after", "< 110% of RSS before", ("rss_before",), at_most=1.10),
+    Target(
+        "drain_2x32_one_command",
+        "≥ 95% of two commands",
+        ("drain_2x32",),
+        at_least=0.95,
+    ),
+    # Issue 16, measured only with --compare pgqueuer.
+    Target("compare_drain_ours", "≥ 1.0x pgqueuer", ("compare_drain_pgqueuer",), at_least=1.0),
+    Target("compare_drain_ours", "≥ 45% of raw batch 50", ("compare_drain_raw",), at_least=0.45),
+    Target("compare_cpu_ours_worker", "≤ 40 µs", at_most=40.0),
+    Target("compare_cpu_ours_postgres", "≤ 30 µs", at_most=30.0),
 )
 
 

@@ -1,8 +1,10 @@
 """``python -m benchmarks --quick`` runs end to end and reports every figure.
 
-It creates and drops its own database (``dbqueue_bench_smoke``) on the test
-server and starts worker processes; it checks that numbers come out, never
-how fast they are.
+It creates and drops its own database on the test server (named after the
+test database, ``<name>_bench_smoke``, so worktrees on one server never share
+it) and starts worker processes; it checks that numbers come out, never how
+fast they are. ``--compare pgqueuer`` runs only where the ``bench`` extra is
+installed, and says so and skips the comparison where it is not.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ BENCHMARKS = {
     "drain_1x32",
     "drain_2x8",
     "drain_2x32",
+    "drain_2x32_one_command",
     "drain_1x32_async_commit",
     "raw_pickup_p50",
     "raw_pickup_p95",
@@ -65,24 +68,30 @@ BENCHMARKS = {
     "admin_health_20k",
 }
 
+#: What ``--compare pgqueuer`` adds: each drain's rate and its CPU split per job.
+COMPARED = {
+    f"compare_{figure}_{who}{side}"
+    for who in ("ours", "pgqueuer", "raw")
+    for figure, side in (("drain", ""), ("cpu", "_worker"), ("cpu", "_postgres"))
+}
+
 pytestmark = [pytest.mark.postgresql, pytest.mark.e2e]
 
 
-def smoke_database_url() -> str:
-    """The test server, with a database of the smoke test's own."""
+def smoke_database_url(purpose: str) -> str:
+    """The test server, with a database of this test's own, named after the test database."""
     db = connection.settings_dict
     user = quote(db["USER"] or "postgres")
     password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
     host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
-    return f"postgres://{user}{password}@{host}:{port}/dbqueue_bench_smoke"
+    name = f"{db['NAME'].removeprefix('test_')}_bench_{purpose}"
+    return f"postgres://{user}{password}@{host}:{port}/{name}"
 
 
-@pytest.mark.timeout(RUN_TIMEOUT + 20)
-def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path) -> None:
-    output = tmp_path / "results.json"
-    command = [sys.executable, "-m", "benchmarks", "--quick", "--json", str(output)]
-    command += ["--database-url", smoke_database_url()]
-    run = subprocess.run(
+def quick_run(output: Path, *options: str, purpose: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "benchmarks", "--quick", "--json", str(output), *options]
+    command += ["--database-url", smoke_database_url(purpose)]
+    return subprocess.run(
         command,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -92,9 +101,48 @@ def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path
         check=False,
     )
 
+
+@pytest.mark.timeout(RUN_TIMEOUT + 20)
+def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path) -> None:
+    output = tmp_path / "results.json"
+    run = quick_run(output, purpose="smoke")
+
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout.startswith("benchmark")
     results = json.loads(output.read_text())["results"]
     assert set(results) == BENCHMARKS
     figures = {key: result["value"] for key, result in results.items()}
     assert all(figure > 0 for figure in figures.values()), figures
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 40)
+def test_quick_compare_drains_the_same_jobs_with_pgqueuer_and_splits_their_cpu(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
+    pytest.importorskip("asyncpg", reason="the bench extra is not installed")
+    output = tmp_path / "results.json"
+    run = quick_run(output, "--compare", "pgqueuer", purpose="compare")
+
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads(output.read_text())["results"]
+    assert set(results) == BENCHMARKS | COMPARED
+    drains = {who: results[f"compare_drain_{who}"] for who in ("ours", "pgqueuer", "raw")}
+    assert all(drain["value"] > 0 for drain in drains.values()), drains
+    assert all(drain["n"] == 2_000 for drain in drains.values()), drains
+    assert "compare: pgqueuer" in run.stdout
+
+
+def test_compare_says_how_to_install_pgqueuer_when_it_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Imported here: benchmarks.compare declares the benchmark's tasks on import.
+    from benchmarks import compare
+
+    monkeypatch.setitem(sys.modules, "pgqueuer", None)
+
+    why = compare.missing()
+
+    assert why is not None
+    assert "pgqueuer is not installed" in why
+    assert "pip install -e '.[bench]'" in why

@@ -1,7 +1,13 @@
-"""``manage.py runworkers``: run jobs until stopped (SIGTERM/SIGINT drain, then exit 0)."""
+"""``manage.py runworkers``: run jobs until stopped (SIGTERM/SIGINT drain, then exit 0).
+
+With ``--processes N`` (above 1) this process supervises N worker processes
+(``django_dbqueue.worker.processes``) and exits non-zero when one kept failing.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import logging
 import sys
@@ -13,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_dbqueue import conf, durations
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.validation import check_queue
+from django_dbqueue.worker.processes import ProcessSupervisor
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from django_dbqueue.worker.watchdog import WorkerBroken
 
@@ -37,6 +44,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency", type=int, default=1, help="Jobs run at once (threads)."
+        )
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            help="Worker processes to run under one supervisor (each with --concurrency "
+            "threads); a crashed one is restarted. Default 1: this process is the worker.",
         )
         parser.add_argument(
             "--burst", action="store_true", help="Run what is due, then exit when nothing is left."
@@ -77,14 +91,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        worker = Worker(self.worker_options(options))
+        worker_options = self.worker_options(options)
         self.configure_logging(options["verbosity"])
-        try:
-            worker.run()
-        except ImproperlyConfigured as exc:  # the metrics server could not start
-            raise CommandError(str(exc)) from exc
-        except WorkerBroken as exc:  # exit non-zero: the process supervisor starts a whole one
-            raise CommandError(f"the worker cannot go on: {exc}") from exc
+        processes = options["processes"]
+        if processes == 1:
+            run_worker(worker_options)
+            return
+        supervisor = ProcessSupervisor(processes, functools.partial(run_child, worker_options))
+        if supervisor.run() != 0:
+            raise CommandError(
+                f"a worker process of {processes} kept failing or did not exit cleanly; "
+                "its log lines above say why."
+            )
 
     def worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         """Validate the command line; a mistake is a ``CommandError`` saying what to do."""
@@ -100,7 +118,7 @@ class Command(BaseCommand):
                 check_queue(queue, allowed)
             except InvalidJob as exc:
                 raise CommandError(f"--queue: {exc}") from exc
-        for flag in ("--concurrency", "--max-jobs"):
+        for flag in ("--concurrency", "--max-jobs", "--processes"):
             value = options[flag[2:].replace("-", "_")]
             if value is not None and not value > 0:
                 raise CommandError(f"{flag} must be above 0, not {value}.")
@@ -110,13 +128,22 @@ class Command(BaseCommand):
             if value is not None and not durations.is_seconds(value, zero=zero):
                 raise CommandError(f"{flag} must be {durations.rule(zero=zero)}, not {value}.")
         worker_id = options["worker_id"]
-        if worker_id is not None and not 1 <= len(worker_id) <= WORKER_ID_LIMIT:
+        # With --processes, each process's id carries a -p<N> suffix the column must hold too.
+        processes = options["processes"]
+        limit = WORKER_ID_LIMIT - (len(f"-p{processes}") if processes > 1 else 0)
+        if worker_id is not None and not 1 <= len(worker_id) <= limit:
             raise CommandError(
-                f"--worker-id must be 1-{WORKER_ID_LIMIT} characters (the width of the job's "
-                f"worker_id column), not {len(worker_id)}. Pass a shorter name."
+                f"--worker-id must be 1-{limit} characters (the width of the job's "
+                f"worker_id column, less any -p<N> suffix of --processes), not "
+                f"{len(worker_id)}. Pass a shorter name."
             )
         if options["metrics_port"] is not None:
             check_metrics_available(options["metrics_port"])
+            if options["processes"] > 1:
+                raise CommandError(
+                    "--metrics-port serves one process's counters, so it cannot be combined "
+                    "with --processes above 1. Run one command per process to scrape each."
+                )
         return WorkerOptions(
             queues=sorted(set(queues)) if queues else None,
             concurrency=options["concurrency"],
@@ -139,6 +166,28 @@ class Command(BaseCommand):
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(LOG_LEVELS.get(verbosity, logging.DEBUG))
+
+
+def run_worker(options: WorkerOptions) -> None:
+    """Run one worker in this process; a failure to go on is a ``CommandError`` (exit 1)."""
+    try:
+        Worker(options).run()
+    except ImproperlyConfigured as exc:  # the metrics server could not start
+        raise CommandError(str(exc)) from exc
+    except WorkerBroken as exc:  # exit non-zero: the process supervisor starts a whole one
+        raise CommandError(f"the worker cannot go on: {exc}") from exc
+
+
+def run_child(options: WorkerOptions, index: int) -> int:
+    """Child ``index`` of ``--processes``: its worker, ``-p<index>`` suffixed to a given id."""
+    if options.worker_id is not None:
+        options = dataclasses.replace(options, worker_id=f"{options.worker_id}-p{index}")
+    try:
+        run_worker(options)
+    except CommandError as exc:
+        logging.getLogger("django_dbqueue").error("worker process=%s: %s", index, exc)
+        return 1
+    return 0
 
 
 def check_metrics_available(port: int) -> None:

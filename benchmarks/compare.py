@@ -1,0 +1,197 @@
+"""Side by side with pgqueuer (``--compare pgqueuer``): the same drain, interleaved rounds, medians.
+
+Each round drains ``sizes.drain_jobs`` no-op jobs three ways, one after the
+other: ``runworkers --burst`` at its best configuration on 2 cores (2
+processes x 32 threads), pgqueuer at its best (2 processes, batch 50, asyncpg)
+and the raw claim/complete SQL (batch 50, one connection). The figures are the
+medians of the rounds, so other work on the machine weighs on all three alike.
+
+Rates are jobs over the span from the first job started to the last one done:
+for ``runworkers`` by the database clock (as every drain here), for pgqueuer
+from its workers' own clocks (first job run, ``run`` returned). Each drain's
+CPU is split into the worker processes' and the PostgreSQL backends' (see
+``benchmarks.cpu``), per job; the CPU the same workers spend starting up and
+exiting on an empty queue is measured once and subtracted.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from importlib.metadata import version
+from typing import TypeVar
+
+from benchmarks import cpu, database, drain, raw, workers
+from benchmarks.cpu import Split
+from benchmarks.results import Result
+from benchmarks.session import Session
+from benchmarks.timing import timed
+
+T = TypeVar("T")
+
+OURS = drain.Drain("compare_drain_ours", 2, 32, raw="compare_drain_raw")
+PGQUEUER_PROCESSES = 2
+RAW_BATCH = 50
+
+
+def missing() -> str | None:
+    """Why the comparison cannot run here (a module of the ``bench`` extra absent), or None."""
+    for module in ("pgqueuer", "asyncpg"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return (
+                f"--compare pgqueuer: {module} is not installed, so the comparison is skipped. "
+                "Install the bench extra (pip install -e '.[bench]') to run it."
+            )
+    return None
+
+
+def run(session: Session) -> None:
+    """Drain with ours, pgqueuer and raw in turn, ``sizes.rounds`` times; add the medians."""
+    from benchmarks import pgq  # the bench extra: imported only when comparing
+
+    pgq.setup(session.url)
+    startup = {"ours": measured(session, functools.partial(ours_on_empty_queue, session))[1]}
+    pgq.seed(session.url, 0)
+    startup["pgqueuer"] = measured(session, functools.partial(pgqueuer_workers, session))[1]
+    rounds: dict[str, list[tuple[float, Split]]] = defaultdict(list)
+    for _ in range(session.sizes.rounds):
+        rate, split = ours(session)
+        rounds["ours"].append((rate, split - startup["ours"]))
+        rate, split = pgqueuer(session)
+        rounds["pgqueuer"].append((rate, split - startup["pgqueuer"]))
+        rounds["raw"].append(raw_drain(session))
+    labels = {
+        "ours": f"compare: django_dbqueue, {OURS.label.removeprefix('drain: ')}",
+        "pgqueuer": f"compare: pgqueuer {version('pgqueuer')}, {PGQUEUER_PROCESSES} processes, "
+        f"batch {pgq.BATCH_SIZE}",
+        "raw": f"compare: raw claim+complete SQL, batch {RAW_BATCH}, 1 connection",
+    }
+    for who, measured_rounds in rounds.items():
+        add(session, who, labels[who], measured_rounds)
+
+
+def add(session: Session, who: str, label: str, rounds: list[tuple[float, Split]]) -> None:
+    """The median rate and median CPU per job (worker, PostgreSQL) of ``who``'s rounds."""
+    count = session.sizes.drain_jobs
+    rates = [rate for rate, _ in rounds]
+    per_job = [split.per_job_us(count) for _, split in rounds]
+    raw_key = None if who == "raw" else "compare_drain_raw"
+    details = {"rounds": rates, "cpu_rounds_us": [[s.worker, s.postgres] for s in per_job]}
+    session.results.add(
+        Result(
+            f"compare_drain_{who}",
+            label,
+            statistics.median(rates),
+            "jobs/s",
+            raw_key,
+            count,
+            details,
+        )
+    )
+    for side in ("worker", "postgres"):
+        values = [getattr(split, side) for split in per_job]
+        session.results.add(
+            Result(
+                f"compare_cpu_{who}_{side}",
+                f"{label}: {side} CPU per job",
+                statistics.median(values),
+                "µs/job",
+                None if who == "raw" else f"compare_cpu_raw_{side}",
+                count,
+                {"rounds": values},
+            )
+        )
+
+
+def measured(session: Session, action: Callable[[], T]) -> tuple[T, Split]:
+    """What ``action`` returns, and the CPU its child processes and the backends spent."""
+    with cpu.Backends(session.url, [session.harness.info.backend_pid]) as backends:
+        before = cpu.children_cpu()
+        value = action()
+        worker = cpu.children_cpu() - before
+    return value, Split(worker, backends.seconds)
+
+
+def ours(session: Session) -> tuple[float, Split]:
+    """One ``runworkers --burst`` drain of freshly seeded jobs: its rate and CPU."""
+    ids = drain.seeded(session, session.sizes.drain_jobs)
+    result, split = measured(
+        session, functools.partial(drain.measure, session, OURS, ids, session.sizes.drain_deadline)
+    )
+    if result.details["succeeded"] != ids.count:
+        raise RuntimeError(f"runworkers ran {result.details['succeeded']} of {ids.count} jobs")
+    return result.value, split
+
+
+def ours_on_empty_queue(session: Session) -> None:
+    """Start and stop ``OURS``'s workers with nothing to do (their start-up CPU)."""
+    database.reset(session.harness)
+    env = workers.environment(session.url, OURS.conn_max_age, OURS.settings)
+    args = ["--burst", "--concurrency", str(OURS.concurrency)]
+    with workers.started(OURS.processes, args, env, session.logs / "compare_empty") as running:
+        if not workers.wait_all(running, time.monotonic() + session.sizes.drain_deadline):
+            raise workers.WorkerFailed("runworkers --burst did not exit on an empty queue")
+
+
+def pgqueuer(session: Session) -> tuple[float, Split]:
+    """One pgqueuer drain of freshly seeded jobs: its rate and CPU."""
+    from benchmarks import pgq
+
+    count = session.sizes.drain_jobs
+    pgq.seed(session.url, count)
+    session.harness.execute("VACUUM (ANALYZE) pgqueuer")
+    reports, split = measured(session, functools.partial(pgqueuer_workers, session))
+    ran = sum(int(report["jobs"]) for report in reports)
+    if ran != count:
+        raise RuntimeError(f"pgqueuer ran {ran} of {count} jobs")
+    started = min(float(report["first"]) for report in reports if report["first"] is not None)
+    span = max(float(report["end"]) for report in reports) - started
+    return count / span, split
+
+
+def pgqueuer_workers(session: Session) -> list[dict[str, object]]:
+    """Run pgqueuer's worker processes until the queue is empty; what each reports."""
+    command = [sys.executable, "-m", "benchmarks.pgq", session.url]
+    processes = [
+        subprocess.Popen(command, cwd=workers.ROOT, stdout=subprocess.PIPE, text=True)
+        for _ in range(PGQUEUER_PROCESSES)
+    ]
+    try:
+        outputs = [p.communicate(timeout=session.sizes.drain_deadline)[0] for p in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    if any(process.returncode != 0 for process in processes):
+        raise workers.WorkerFailed("a pgqueuer worker failed (its traceback is on stderr)")
+    return [json.loads(output) for output in outputs]
+
+
+def raw_drain(session: Session) -> tuple[float, Split]:
+    """The raw claim/complete loop in this thread: its rate and CPU (this thread, its backend)."""
+    count = session.sizes.drain_jobs
+    drain.seeded(session, count)
+    with raw.connect(session.url) as conn:
+        backend = conn.info.backend_pid
+        backend_before, worker_before = backend_cpu(backend), time.thread_time()
+        done, seconds = timed(functools.partial(raw.claim_and_complete, conn, RAW_BATCH))
+        split = Split(time.thread_time() - worker_before, backend_cpu(backend) - backend_before)
+    if done != count:
+        raise RuntimeError(f"the raw drain ran {done} of {count} jobs")
+    return done / seconds, split
+
+
+def backend_cpu(pid: int) -> float:
+    found = cpu.process_cpu(pid)
+    if found is None:
+        raise LookupError(f"PostgreSQL backend {pid} is not a process on this machine")
+    return found[1]
