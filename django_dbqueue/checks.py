@@ -76,6 +76,7 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_switches(merged),
         *_check_retry(merged["RETRY"]),
         *_check_pooler(merged),
+        *_check_listen_alias(merged["LISTEN_DATABASE"]),
     ]
 
 
@@ -264,6 +265,19 @@ def _check_pooler(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_listen_alias(alias: object) -> list[CheckMessage]:
+    if alias is None or (isinstance(alias, str) and alias in settings.DATABASES):
+        return []
+    return [
+        Error(
+            f"DBQUEUE['LISTEN_DATABASE'] is {alias!r}, which is not an alias in DATABASES.",
+            hint="Add an alias that reaches the queue's PostgreSQL directly (or through a "
+            f"session-mode pool), or remove the key. Aliases: {sorted(settings.DATABASES)}.",
+            id="dbqueue.E017",
+        )
+    ]
 
 
 @register(deploy=False)

@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "EAGER": False,
     "MAX_ARGS_BYTES": 1024 * 1024,
     "POOLER": None,
+    "LISTEN_DATABASE": None,
 }
 
 #: The ``POOLER`` values: none (direct, or a session-mode pool), or a transaction-mode pool.
@@ -79,6 +80,9 @@ class QueueSettings:
     #: ``"transaction"``: connections reach PostgreSQL through a transaction-mode pool, so
     #: the worker keeps no session state on them (``worker.session``).
     pooler: str | None
+    #: The alias the worker's one ``LISTEN`` connection uses (None: ``database``), one that
+    #: reaches PostgreSQL directly or through a session-mode pool.
+    listen_database: str | None
 
     @property
     def backoff(self) -> Backoff:

@@ -7,8 +7,10 @@ is the pool, and workers reach the queue through it too.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from tests.e2e.conftest import ROOT, WorkerProcess
 from tests.e2e.servers import PgBouncer
 from tests.jobs.e2e_tasks import recorded
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -240,3 +243,85 @@ def test_two_workers_through_pgbouncer_drain_5000_jobs_each_once(
         .order_by("worker_id")
     )
     logger.info(f"through PgBouncer: 5000 jobs in {pooled:.1f}s, shares {shares}")
+
+
+def listening(channel: str) -> bool:
+    """Whether some server connection of this database last ran ``LISTEN channel``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = %s",
+            [f'LISTEN "{channel}"'],
+        )
+        (count,) = cursor.fetchone()
+    return bool(count)
+
+
+ENQUEUE_ONE = """
+from tests.jobs.e2e_tasks import recorded
+print(recorded.enqueue(label="wake").pk)
+"""
+
+
+def pickup_seconds(job_id: int) -> float:
+    """From the job's commit (``created_at``) to its task starting."""
+    wait_until(
+        lambda: Execution.objects.filter(job_id=job_id, finished_at__isnull=False).exists(),
+        what=f"job {job_id} to run",
+    )
+    job = Job.objects.get(pk=job_id)
+    return (Execution.objects.get(job_id=job_id).started_at - job.created_at).total_seconds()
+
+
+@e2e_db
+def test_behind_a_transaction_pool_without_listen_database_the_worker_polls_and_drains(
+    pgbouncer: PgBouncer, start_worker: StartWorker
+) -> None:
+    channel = "pooled_wakeups"
+    worker = start_worker(
+        settings={**POOLED, "NOTIFY_CHANNEL": channel, "POLL_INTERVAL": 0.5},
+        env={"DATABASE_URL": pooled_url(pgbouncer)},
+    )
+    worker.wait_for_log("no LISTEN through the transaction pool (no LISTEN_DATABASE): polling")
+
+    jobs = recorded.enqueue_many([((), {"label": "polled"}) for _ in range(20)])
+    wait_until(
+        lambda: Execution.objects.filter(label="polled", finished_at__isnull=False).count() == 20,
+        what="the 20 jobs to run by polling",
+    )
+
+    assert {job.state for job in Job.objects.filter(pk__in=[j.pk for j in jobs])} == {
+        JobState.SUCCEEDED
+    }
+    assert not listening(channel)
+    assert worker.log().count("polling every") == 1
+
+
+@e2e_db
+def test_with_listen_database_direct_a_job_enqueued_through_the_pool_is_picked_up_at_once(
+    pgbouncer: PgBouncer, start_worker: StartWorker, worker_env: dict[str, str]
+) -> None:
+    channel = "direct_wakeups"
+    # Polls 30 s apart: only a notification explains a pickup within a second.
+    start_worker(
+        settings={
+            **POOLED,
+            "LISTEN_DATABASE": "listen",
+            "NOTIFY_CHANNEL": channel,
+            "POLL_INTERVAL": 30,
+        },
+        env={
+            "DATABASE_URL": pooled_url(pgbouncer),
+            "LISTEN_DATABASE_URL": worker_env["DATABASE_URL"],
+        },
+    )
+    wait_until(lambda: listening(channel), what="the worker listening directly")
+
+    settings = json.dumps({"NOTIFY_CHANNEL": channel})
+    pickups = [
+        pickup_seconds(int(run_through(pooled_url(pgbouncer), ENQUEUE_ONE, settings)))
+        for _ in range(5)
+    ]
+    logger.info(f"pickup through the pool, LISTEN direct: {[round(s, 3) for s in pickups]} s")
+
+    assert statistics.median(pickups) < 1

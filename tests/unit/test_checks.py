@@ -489,3 +489,21 @@ def test_behind_a_pooler_statements_are_unprepared_unless_the_project_asks(
     configure(settings, **dbqueue)
 
     assert conf.get().prepared_statements is prepared
+
+
+def test_e017_listen_database_not_in_databases_is_an_error(settings: Settings) -> None:
+    configure(settings, LISTEN_DATABASE="direct")
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E017"]
+    (message,) = only(messages, "dbqueue.E017")
+    assert "'direct'" in message.msg
+    assert "'default'" in message.hint
+
+
+@pytest.mark.parametrize("alias", [None, "default"])
+def test_listen_database_accepts_none_and_an_alias(settings: Settings, alias: str | None) -> None:
+    configure(settings, LISTEN_DATABASE=alias)
+
+    assert checks.check_settings() == []
