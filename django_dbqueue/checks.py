@@ -76,7 +76,8 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_switches(merged),
         *_check_retry(merged["RETRY"]),
         *_check_pooler(merged),
-        *_check_listen_alias(merged["LISTEN_DATABASE"]),
+        *_check_other_alias("LISTEN_DATABASE", merged["LISTEN_DATABASE"], "E017"),
+        *_check_other_alias("READ_DATABASE", merged["READ_DATABASE"], "E018"),
     ]
 
 
@@ -267,15 +268,22 @@ def _check_pooler(merged: dict[str, Any]) -> list[CheckMessage]:
     return []
 
 
-def _check_listen_alias(alias: object) -> list[CheckMessage]:
+#: What each optional alias setting must reach, for its check's hint.
+ALIAS_PURPOSES = {
+    "LISTEN_DATABASE": "the queue's PostgreSQL directly (or through a session-mode pool)",
+    "READ_DATABASE": "a replica of the queue's database (or the database itself)",
+}
+
+
+def _check_other_alias(key: str, alias: object, number: str) -> list[CheckMessage]:
     if alias is None or (isinstance(alias, str) and alias in settings.DATABASES):
         return []
     return [
         Error(
-            f"DBQUEUE['LISTEN_DATABASE'] is {alias!r}, which is not an alias in DATABASES.",
-            hint="Add an alias that reaches the queue's PostgreSQL directly (or through a "
-            f"session-mode pool), or remove the key. Aliases: {sorted(settings.DATABASES)}.",
-            id="dbqueue.E017",
+            f"DBQUEUE[{key!r}] is {alias!r}, which is not an alias in DATABASES.",
+            hint=f"Add an alias that reaches {ALIAS_PURPOSES[key]}, or remove the key. "
+            f"Aliases: {sorted(settings.DATABASES)}.",
+            id=f"dbqueue.{number}",
         )
     ]
 

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ARGS_BYTES": 1024 * 1024,
     "POOLER": None,
     "LISTEN_DATABASE": None,
+    "READ_DATABASE": None,
 }
 
 #: The ``POOLER`` values: none (direct, or a session-mode pool), or a transaction-mode pool.
@@ -83,6 +84,14 @@ class QueueSettings:
     #: The alias the worker's one ``LISTEN`` connection uses (None: ``database``), one that
     #: reaches PostgreSQL directly or through a session-mode pool.
     listen_database: str | None
+    #: The alias operators' reads use (admin list, health view, ``dbqueue_stats``, metrics
+    #: gauges), a replica that may lag; None: ``database``. Never the protocol's.
+    read_database: str | None
+
+    @property
+    def reads_from(self) -> str:
+        """The alias for operators' reads: ``read_database``, else ``database``."""
+        return self.read_database or self.database
 
     @property
     def backoff(self) -> Backoff:

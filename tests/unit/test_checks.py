@@ -507,3 +507,14 @@ def test_listen_database_accepts_none_and_an_alias(settings: Settings, alias: st
     configure(settings, LISTEN_DATABASE=alias)
 
     assert checks.check_settings() == []
+
+
+def test_e018_read_database_not_in_databases_is_an_error(settings: Settings) -> None:
+    configure(settings, READ_DATABASE="replica-1")
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E018"]
+    (message,) = only(messages, "dbqueue.E018")
+    assert "'replica-1'" in message.msg
+    assert "replica" in message.hint
