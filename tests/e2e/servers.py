@@ -36,6 +36,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def local_url(port: int, database: str, options: dict[str, str]) -> str:
+    """``postgres://postgres@127.0.0.1:port/database?options``."""
+    query = "&".join(f"{key}={value}" for key, value in options.items())
+    return f"postgres://postgres@127.0.0.1:{port}/{database}" + (f"?{query}" if query else "")
+
+
+def run_as_postgres(what: str) -> str | None:
+    """The user to run ``what`` as: ``postgres`` when root (skips the test if none), else us."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip(f"running as root with no 'postgres' user to run {what} as")
+    return "postgres"
+
+
 class PrivatePostgres:
     """A PostgreSQL cluster of the test's own, on 127.0.0.1 at a free port, trust auth.
 
@@ -59,14 +76,7 @@ class PrivatePostgres:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not found:
             pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) to run one")
-        run_as = None
-        if os.geteuid() == 0:
-            try:
-                pwd.getpwnam("postgres")
-            except KeyError:
-                pytest.skip("running as root with no 'postgres' user to run a server as")
-            run_as = "postgres"
-        server = cls(Path(found[-1]).parent, run_as)
+        server = cls(Path(found[-1]).parent, run_as_postgres("a server"))
         server._run(
             "initdb", "-D", str(server.data), "--auth=trust", "-U", "postgres", "-E", "UTF8"
         )
@@ -74,10 +84,7 @@ class PrivatePostgres:
         return server
 
     def url(self, database: str, **options: str) -> str:
-        query = "&".join(f"{key}={value}" for key, value in options.items())
-        return f"postgres://postgres@127.0.0.1:{self.port}/{database}" + (
-            f"?{query}" if query else ""
-        )
+        return local_url(self.port, database, options)
 
     def start(self) -> None:
         settings = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
@@ -280,23 +287,13 @@ class PgBouncer:
                 f"PgBouncer {'.'.join(map(str, pgbouncer_version()))} has no "
                 "max_prepared_statements (1.21+)"
             )
-        run_as = None
-        if os.geteuid() == 0:
-            try:
-                pwd.getpwnam("postgres")
-            except KeyError:
-                pytest.skip("running as root with no 'postgres' user to run pgbouncer as")
-            run_as = "postgres"
-        bouncer = cls(run_as, upstream_port, pool_size)
+        bouncer = cls(run_as_postgres("pgbouncer"), upstream_port, pool_size)
         bouncer._write_config(max_prepared_statements)
         bouncer._launch(program)
         return bouncer
 
     def url(self, database: str, **options: str) -> str:
-        query = "&".join(f"{key}={value}" for key, value in options.items())
-        return f"postgres://postgres@127.0.0.1:{self.port}/{database}" + (
-            f"?{query}" if query else ""
-        )
+        return local_url(self.port, database, options)
 
     def log(self) -> str:
         return (self.root / "pgbouncer.log").read_text(errors="replace")

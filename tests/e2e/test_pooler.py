@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Count
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import ROOT, WorkerProcess
+from tests.e2e.conftest import ROOT, WorkerProcess, listening
 from tests.e2e.servers import PgBouncer
 from tests.jobs.e2e_tasks import recorded
 from tests.testapp.models import Execution
@@ -243,18 +243,6 @@ def test_two_workers_through_pgbouncer_drain_5000_jobs_each_once(
         .order_by("worker_id")
     )
     logger.info(f"through PgBouncer: 5000 jobs in {pooled:.1f}s, shares {shares}")
-
-
-def listening(channel: str) -> bool:
-    """Whether some server connection of this database last ran ``LISTEN channel``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = %s",
-            [f'LISTEN "{channel}"'],
-        )
-        (count,) = cursor.fetchone()
-    return bool(count)
 
 
 ENQUEUE_ONE = """
