@@ -40,6 +40,7 @@ from django_dbqueue.listing import (
     ErrorCodeFilter,
     EstimatedCountPaginator,
     QueueFilter,
+    ReadChangeList,
     TaskFilter,
 )
 from django_dbqueue.models import TERMINAL_STATES, Job, JobState
@@ -196,6 +197,19 @@ class JobAdmin(ModelAdmin):
         return self.has_change_permission(request) and request.user.has_perm(
             "django_dbqueue.requeue_job"
         )
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ReadChangeList]:
+        return ReadChangeList
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        """Act on the selection as the primary has it, never as a lagging replica shows it.
+
+        ``args``/``kwargs``: Django 6.1's ``action_location``, passed on as given.
+        """
+        primary = self.get_queryset(request).db
+        return super().response_action(request, queryset.using(primary), *args, **kwargs)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -75,6 +75,9 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_channel(merged["NOTIFY_CHANNEL"]),
         *_check_switches(merged),
         *_check_retry(merged["RETRY"]),
+        *_check_pooler(merged),
+        *_check_other_alias("LISTEN_DATABASE", merged["LISTEN_DATABASE"], "E017"),
+        *_check_other_alias("READ_DATABASE", merged["READ_DATABASE"], "E018"),
     ]
 
 
@@ -236,6 +239,52 @@ def _check_switches(merged: dict[str, Any]) -> list[CheckMessage]:
         )
         for key in SWITCHES
         if not isinstance(merged[key], bool)
+    ]
+
+
+def _check_pooler(merged: dict[str, Any]) -> list[CheckMessage]:
+    pooler = merged["POOLER"]
+    if pooler not in conf.POOLERS:
+        return [
+            Error(
+                f"DBQUEUE['POOLER'] is {pooler!r}; it must be None or 'transaction'.",
+                hint="None when the queue's database is reached directly or through a "
+                "session-mode pool; 'transaction' behind PgBouncer's transaction pooling.",
+                id="dbqueue.E015",
+            )
+        ]
+    if pooler == "transaction" and merged["WORKER_SYNCHRONOUS_COMMIT"] is False:
+        return [
+            Error(
+                "DBQUEUE['WORKER_SYNCHRONOUS_COMMIT'] is False with POOLER 'transaction': "
+                "asynchronous commit is a session setting, which a transaction-mode pool "
+                "would hand on to other clients, whose transactions would then commit "
+                "asynchronously too.",
+                hint="Remove WORKER_SYNCHRONOUS_COMMIT, or give the worker's own database "
+                "role asynchronous commit (ALTER ROLE ... SET synchronous_commit = off).",
+                id="dbqueue.E016",
+            )
+        ]
+    return []
+
+
+#: What each optional alias setting must reach, for its check's hint.
+ALIAS_PURPOSES = {
+    "LISTEN_DATABASE": "the queue's PostgreSQL directly (or through a session-mode pool)",
+    "READ_DATABASE": "a replica of the queue's database (or the database itself)",
+}
+
+
+def _check_other_alias(key: str, alias: object, number: str) -> list[CheckMessage]:
+    if alias is None or (isinstance(alias, str) and alias in settings.DATABASES):
+        return []
+    return [
+        Error(
+            f"DBQUEUE[{key!r}] is {alias!r}, which is not an alias in DATABASES.",
+            hint=f"Add an alias that reaches {ALIAS_PURPOSES[key]}, or remove the key. "
+            f"Aliases: {sorted(settings.DATABASES)}.",
+            id=f"dbqueue.{number}",
+        )
     ]
 
 

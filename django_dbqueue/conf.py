@@ -38,7 +38,13 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_SYNCHRONOUS_COMMIT": True,
     "EAGER": False,
     "MAX_ARGS_BYTES": 1024 * 1024,
+    "POOLER": None,
+    "LISTEN_DATABASE": None,
+    "READ_DATABASE": None,
 }
+
+#: The ``POOLER`` values: none (direct, or a session-mode pool), or a transaction-mode pool.
+POOLERS = (None, "transaction")
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class QueueSettings:
     notify_channel: str
     oldest_ready_warning: float
     #: The worker's protocol threads prepare their statements (PostgreSQL, psycopg 3).
+    #: Behind a pooler only when the project sets it True (PgBouncer 1.21+ with
+    #: ``max_prepared_statements``); the default there is False.
     prepared_statements: bool
     #: False: the worker's claims, completions and renewals commit asynchronously.
     worker_synchronous_commit: bool
@@ -70,6 +78,20 @@ class QueueSettings:
     eager: bool
     #: The longest a job's arguments may be as JSON text, in bytes (0: unbounded).
     max_args_bytes: int
+    #: ``"transaction"``: connections reach PostgreSQL through a transaction-mode pool, so
+    #: the worker keeps no session state on them (``worker.session``).
+    pooler: str | None
+    #: The alias the worker's one ``LISTEN`` connection uses (None: ``database``), one that
+    #: reaches PostgreSQL directly or through a session-mode pool.
+    listen_database: str | None
+    #: The alias operators' reads use (admin list, health view, ``dbqueue_stats``, metrics
+    #: gauges), a replica that may lag; None: ``database``. Never the protocol's.
+    read_database: str | None
+
+    @property
+    def reads_from(self) -> str:
+        """The alias for operators' reads: ``read_database``, else ``database``."""
+        return self.read_database or self.database
 
     @property
     def backoff(self) -> Backoff:
@@ -87,7 +109,10 @@ def user_settings() -> dict[str, Any]:
 @functools.cache
 def get() -> QueueSettings:
     """The effective settings now. Assumes the system checks passed."""
-    merged = {**DEFAULTS, **user_settings()}
+    user = user_settings()
+    merged = {**DEFAULTS, **user}
+    if merged["POOLER"] is not None and "PREPARED_STATEMENTS" not in user:
+        merged["PREPARED_STATEMENTS"] = False
     return QueueSettings(**{key.lower(): merged[key] for key in DEFAULTS})
 
 

@@ -6,6 +6,7 @@ estimate (the planner's row count for the same query, from ``EXPLAIN``) instead.
 The choices of the queue, task and error-code filters come from the rows
 operators triage (dead jobs; for queues also ready and running ones), each state
 read through its partial index, never from a ``DISTINCT`` over the whole history.
+The list and its filters' choices read from ``READ_DATABASE`` when it is set.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
+from django_dbqueue import conf
 from django_dbqueue.models import Job, JobState
 
 #: Past this many rows (by the planner's estimate) the list shows the estimate.
@@ -71,6 +74,23 @@ def is_big(jobs: QuerySet[Any]) -> bool:
     return whole is not None and int(whole["Plan Rows"]) > ESTIMATE_ABOVE
 
 
+class ReadChangeList(ChangeList):
+    """The job list, read from ``READ_DATABASE`` when set: a replica, so it may lag.
+
+    Only what the list shows reads there; actions on the selection read it
+    again where the admin's own queryset reads (``JobAdmin.response_action``).
+    """
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
+        self.root_queryset = self.root_queryset.using(read_alias(self.root_queryset))
+        return super().get_queryset(request, exclude_parameters)
+
+
+def read_alias(jobs: QuerySet[Job]) -> str:
+    """Where the admin's reads of ``jobs`` go: ``READ_DATABASE``, else where ``jobs`` reads."""
+    return conf.get().read_database or jobs.db
+
+
 class TriageValuesFilter(admin.SimpleListFilter):
     """Filter on one column; its choices are the values among jobs in ``states``.
 
@@ -83,7 +103,7 @@ class TriageValuesFilter(admin.SimpleListFilter):
     states: tuple[str, ...] = (JobState.DEAD,)
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        jobs = Job.objects.using(model_admin.get_queryset(request).db)
+        jobs = Job.objects.using(read_alias(model_admin.get_queryset(request)))
         per_state = [
             jobs.filter(state=state).order_by().values_list(self.field, flat=True).distinct()
             for state in self.states

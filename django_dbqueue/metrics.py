@@ -182,7 +182,7 @@ class QueueCollector:
             log.warning("metrics scrape left out queue gauges, database error: %s", exc)
             return None
         finally:
-            connections[conf.get().database].close()
+            connections[conf.get().reads_from].close()
 
 
 def with_configured_queues(stats: dict[str, QueueStats]) -> dict[str, QueueStats]:

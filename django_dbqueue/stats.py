@@ -49,7 +49,7 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
     matter, never the finished history.
     """
     now = now or timezone.now()
-    jobs = Job.objects.using(conf.get().database)
+    jobs = Job.objects.using(conf.get().reads_from)
     due = Q(run_at__lte=now)
     branches = [
         _branch(
@@ -129,7 +129,7 @@ def finished_per_minute(now: datetime | None = None) -> list[MinuteCount]:
     """Jobs finished per whole minute of the last hour, by terminal state, oldest first."""
     now = now or timezone.now()
     rows = (
-        Job.objects.using(conf.get().database)
+        Job.objects.using(conf.get().reads_from)
         .filter(finished_at__gte=window_start(now), finished_at__lte=now)
         .annotate(minute=TruncMinute("finished_at"))
         .values("minute", "state")

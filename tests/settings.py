@@ -25,6 +25,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not Django's shared in-memory database, so threads get real SQLite locking.
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+# A second alias on the same database, standing in for a read replica (READ_DATABASE).
+DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -2,7 +2,10 @@
 
 Both only shorten the wait: the claimer polls every ``poll_interval``
 whatever happens here, so a lost notification delays a job by one poll at
-most.
+most. The ``LISTEN`` connection uses ``LISTEN_DATABASE`` when set. Behind a
+transaction-mode pool (``POOLER``) without it, a ``LISTEN`` would hear
+nothing, so the worker does not listen, says once that it polls, and relies
+on polling and in-process commits.
 """
 
 from __future__ import annotations
@@ -39,8 +42,17 @@ class Listener(threading.Thread):
     def start(self) -> None:
         """Hear in-process commits at once; on PostgreSQL also start the LISTEN thread."""
         signals.jobs_committed.connect(self._on_commit, weak=False, dispatch_uid=id(self))
-        if connections[conf.get().database].vendor == "postgresql":
-            super().start()
+        cfg = conf.get()
+        if connections[cfg.database].vendor != "postgresql":
+            return
+        if cfg.pooler is not None and cfg.listen_database is None:
+            log.info(
+                "no LISTEN through the %s pool (no LISTEN_DATABASE): polling every %ss",
+                cfg.pooler,
+                cfg.poll_interval,
+            )
+            return
+        super().start()
 
     def close(self) -> None:
         signals.jobs_committed.disconnect(dispatch_uid=id(self))
@@ -64,8 +76,9 @@ class Listener(threading.Thread):
         import psycopg
         from psycopg import sql
 
-        params = connections[conf.get().database].get_connection_params()
-        channel = sql.Identifier(conf.get().notify_channel)
+        cfg = conf.get()
+        params = connections[cfg.listen_database or cfg.database].get_connection_params()
+        channel = sql.Identifier(cfg.notify_channel)
         with psycopg.connect(**params, autocommit=True) as listening:
             listening.execute(sql.SQL("LISTEN {}").format(channel))
             survival.succeeded()

@@ -8,6 +8,12 @@ claim costs more than running it, and asynchronous commit when
 ``WORKER_SYNCHRONOUS_COMMIT`` is False), and with ``PREPARED_STATEMENTS`` its
 statements run prepared (``sql.prepared``). Job threads, where task code runs,
 and enqueue keep the connection exactly as the project configured it.
+
+Behind a transaction-mode pool (``POOLER = "transaction"``) a session setting
+would stay on a server connection the pool then hands to other clients, so
+there the worker's connections get no session settings at all, and their
+statements run unprepared unless ``PREPARED_STATEMENTS`` is set True (for
+PgBouncer 1.21+ with ``max_prepared_statements``, which keeps them per client).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ def worker_session() -> Iterator[None]:
     _thread.prepare = cfg.prepared_statements
     _thread.unprepared = False
     _thread.synchronous_commit = None if cfg.worker_synchronous_commit else "off"
+    _thread.session_settings = cfg.pooler is None
     try:
         if connection.connection is not None:
             set_up(connection)
@@ -63,8 +70,22 @@ def set_up(connection: BaseDatabaseWrapper) -> None:
         prepared.disable(connection)
     elif _thread.prepare:
         prepared.enable(connection)
-    if sql.defines(connection, "worker_session"):
+    if _thread.session_settings and sql.defines(connection, "worker_session"):
         sql.run(connection, "worker_session", {"synchronous_commit": _thread.synchronous_commit})
+
+
+def switched_off_for_pooler() -> str | None:
+    """What the worker's sessions leave out because of ``POOLER``, for the start-up log.
+
+    ``None`` when no pooler is configured and nothing is left out.
+    """
+    cfg = conf.get()
+    if cfg.pooler is None:
+        return None
+    left_out = ["session settings (jit, synchronous_commit)"]
+    if not cfg.prepared_statements:
+        left_out.append("prepared statements")
+    return f"pooler={cfg.pooler}: no {' and no '.join(left_out)} on worker connections"
 
 
 def stop_preparing() -> None:

@@ -38,7 +38,7 @@ from django_dbqueue.worker.listener import Listener
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
 from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
-from django_dbqueue.worker.session import worker_session
+from django_dbqueue.worker.session import switched_off_for_pooler, worker_session
 from django_dbqueue.worker.watchdog import TICK, Watchdog, WorkerBroken
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,8 @@ class Worker:
                 self.options.concurrency,
                 self.options.burst,
             )
+            if pooled := switched_off_for_pooler():
+                log.info("worker id=%s %s", self.worker_id, pooled)
             self.pool.start()
             self.heartbeat.start()
             self.completer.start()

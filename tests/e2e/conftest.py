@@ -32,6 +32,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+def listening(channel: str) -> bool:
+    """Whether some session of this database is LISTENing on ``channel`` (or, through a
+    pooler, some server connection last ran that ``LISTEN``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = %s",
+            [f'LISTEN "{channel}"'],
+        )
+        (count,) = cursor.fetchone()
+    return bool(count)
+
+
 def open_gate(name: str) -> None:
     Gate.objects.update_or_create(name=name, defaults={"is_open": True})
 

@@ -1,10 +1,11 @@
-"""Servers the fault tests control: a private PostgreSQL cluster and a reply-losing proxy.
+"""Servers the tests control: a private PostgreSQL, a reply-losing proxy, a PgBouncer.
 
 ``PrivatePostgres`` is a throw-away cluster (``initdb`` in a temporary
 directory, a free port) that a test may restart or crash without touching the
 server the rest of the suite uses. ``LostReplyProxy`` sits between a worker
 and PostgreSQL and can drop the connection right after the server committed a
-statement, before its reply reaches the worker.
+statement, before its reply reaches the worker. ``PgBouncer`` is Debian's
+pooler in transaction mode in front of the suite's PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import contextlib
 import glob
 import os
 import pwd
+import re
 import shutil
 import socket
 import struct
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,23 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def local_url(port: int, database: str, options: dict[str, str]) -> str:
+    """``postgres://postgres@127.0.0.1:port/database?options``."""
+    query = "&".join(f"{key}={value}" for key, value in options.items())
+    return f"postgres://postgres@127.0.0.1:{port}/{database}" + (f"?{query}" if query else "")
+
+
+def run_as_postgres(what: str) -> str | None:
+    """The user to run ``what`` as: ``postgres`` when root (skips the test if none), else us."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip(f"running as root with no 'postgres' user to run {what} as")
+    return "postgres"
 
 
 class PrivatePostgres:
@@ -56,14 +76,7 @@ class PrivatePostgres:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not found:
             pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) to run one")
-        run_as = None
-        if os.geteuid() == 0:
-            try:
-                pwd.getpwnam("postgres")
-            except KeyError:
-                pytest.skip("running as root with no 'postgres' user to run a server as")
-            run_as = "postgres"
-        server = cls(Path(found[-1]).parent, run_as)
+        server = cls(Path(found[-1]).parent, run_as_postgres("a server"))
         server._run(
             "initdb", "-D", str(server.data), "--auth=trust", "-U", "postgres", "-E", "UTF8"
         )
@@ -71,10 +84,7 @@ class PrivatePostgres:
         return server
 
     def url(self, database: str, **options: str) -> str:
-        query = "&".join(f"{key}={value}" for key, value in options.items())
-        return f"postgres://postgres@127.0.0.1:{self.port}/{database}" + (
-            f"?{query}" if query else ""
-        )
+        return local_url(self.port, database, options)
 
     def start(self) -> None:
         settings = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
@@ -235,3 +245,120 @@ def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+class PgBouncer:
+    """PgBouncer in ``pool_mode = transaction`` on 127.0.0.1 at a free port, trust auth.
+
+    It pools every database of the server at ``upstream_port`` with at most
+    ``pool_size`` server connections per database. ``max_prepared_statements``
+    (PgBouncer 1.21+) is written to its ini only when given; ``None`` leaves the
+    version's default (no prepared statements tracked). ``PgBouncer.start()``
+    skips the test (with the reason) where it cannot run: no ``pgbouncer``
+    binary, root without a ``postgres`` user, or a version without
+    ``max_prepared_statements`` when one is asked for. ``stop()`` ends it and
+    deletes its files.
+    """
+
+    def __init__(self, run_as: str | None, upstream_port: int, pool_size: int) -> None:
+        self.run_as = run_as
+        self.upstream_port = upstream_port
+        self.pool_size = pool_size
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="dbqueue-pgbouncer-"))
+        self.root.chmod(0o755)
+        if run_as is not None:
+            os.chown(self.root, pwd.getpwnam(run_as).pw_uid, -1)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        upstream_port: int = 5432,
+        pool_size: int = 4,
+        max_prepared_statements: int | None = None,
+    ) -> PgBouncer:
+        program = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not os.access(program, os.X_OK):
+            pytest.skip("no pgbouncer binary (apt-get install pgbouncer) to pool through")
+        if max_prepared_statements is not None and pgbouncer_version() < (1, 21):
+            pytest.skip(
+                f"PgBouncer {'.'.join(map(str, pgbouncer_version()))} has no "
+                "max_prepared_statements (1.21+)"
+            )
+        bouncer = cls(run_as_postgres("pgbouncer"), upstream_port, pool_size)
+        bouncer._write_config(max_prepared_statements)
+        bouncer._launch(program)
+        return bouncer
+
+    def url(self, database: str, **options: str) -> str:
+        return local_url(self.port, database, options)
+
+    def log(self) -> str:
+        return (self.root / "pgbouncer.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(SERVER_WAIT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(SERVER_WAIT)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _write_config(self, max_prepared_statements: int | None) -> None:
+        (self.root / "userlist.txt").write_text('"postgres" ""\n')
+        lines = [
+            "[databases]",
+            f"* = host=127.0.0.1 port={self.upstream_port}",
+            "[pgbouncer]",
+            "listen_addr = 127.0.0.1",
+            f"listen_port = {self.port}",
+            "unix_socket_dir =",
+            "auth_type = trust",
+            f"auth_file = {self.root / 'userlist.txt'}",
+            "pool_mode = transaction",
+            f"default_pool_size = {self.pool_size}",
+            "min_pool_size = 0",
+            "max_client_conn = 500",
+            "server_reset_query = DISCARD ALL",
+            # Django's psycopg connections send none of these, but a test's psql might.
+            "ignore_startup_parameters = extra_float_digits,options",
+            f"logfile = {self.root / 'pgbouncer.log'}",
+        ]
+        if max_prepared_statements is not None:
+            lines.append(f"max_prepared_statements = {max_prepared_statements}")
+        (self.root / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
+
+    def _launch(self, program: str) -> None:
+        command = [program, str(self.root / "pgbouncer.ini")]
+        if self.run_as is not None:
+            command = ["runuser", "-u", self.run_as, "--", *command]
+        self.process = subprocess.Popen(
+            command, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + SERVER_WAIT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = self.log() if (self.root / "pgbouncer.log").exists() else ""
+                raise RuntimeError(f"pgbouncer exited with {self.process.returncode}:\n{log}")
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=1),
+            ):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"pgbouncer did not listen on port {self.port} in {SERVER_WAIT}s")
+
+
+def pgbouncer_version() -> tuple[int, ...]:
+    """The installed PgBouncer's version, as numbers: ``(1, 18, 0)``."""
+    program = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    done = subprocess.run([program, "--version"], capture_output=True, text=True, check=True)
+    found = re.search(r"PgBouncer (\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
+    if found is None:
+        raise RuntimeError(f"cannot read a version from {done.stdout!r}")
+    return tuple(int(part) for part in found.groups(default="0"))

@@ -2,9 +2,10 @@
 
 They reach the test database through ``DATABASE_URL`` (set by the fixture) and
 take ``DBQUEUE`` overrides from ``DBQUEUE_OVERRIDES`` (JSON), so each test can
-shorten leases and intervals. ``DBQUEUE_INJECT_FAULT`` installs a fault into
-one worker thread (``tests.e2e.injected_faults``). Job logs, and the task
-framework's, go to stderr at INFO.
+shorten leases and intervals. ``LISTEN_DATABASE_URL`` adds a ``listen`` alias.
+``DBQUEUE_INJECT_FAULT`` installs a fault into one worker thread
+(``tests.e2e.injected_faults``). Job logs, and the task framework's, go to
+stderr at INFO.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import json
 import os
 
 from tests.settings import *  # noqa: F403 - the test settings, adjusted below.
-from tests.settings import DATABASES, INSTALLED_APPS
+from tests.settings import DATABASES, INSTALLED_APPS, env
 
 DATABASES["default"].pop("TEST", None)
+if os.environ.get("LISTEN_DATABASE_URL"):
+    # A second way to the same database, for DBQUEUE["LISTEN_DATABASE"] = "listen".
+    DATABASES["listen"] = env.db_url("LISTEN_DATABASE_URL")
 if os.environ.get("DBQUEUE_INJECT_FAULT"):
     INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2e.injected_faults.InjectedFaults"]
 DBQUEUE = {

@@ -25,7 +25,7 @@ from django.db.models import Max
 from pytest_django.fixtures import Settings
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import WorkerProcess, open_gate
+from tests.e2e.conftest import WorkerProcess, listening, open_gate
 from tests.factories import JobFactory
 from tests.jobs.e2e_tasks import gated, recorded
 from tests.jobs.faults_tasks import paced, paced_short_lease
@@ -106,18 +106,6 @@ def row_locked(job_id: int) -> Iterator[None]:
         release.set()
         thread.join(WAIT)
     assert not errors, errors
-
-
-def listening(channel: str) -> bool:
-    """Whether some session of this database is LISTENing on ``channel``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = %s",
-            [f'LISTEN "{channel}"'],
-        )
-        (count,) = cursor.fetchone()
-    return count > 0
 
 
 def terminate_other_connections() -> int:

@@ -122,3 +122,27 @@ def test_a_connection_inside_a_transaction_is_left_as_it_is() -> None:
             assert setting("jit") == "on"
         assert connection.connection is not None  # not closed under the transaction
         assert setting("jit") == "on"
+
+
+@override_settings(DBQUEUE={"POOLER": "transaction"})
+def test_behind_a_transaction_pool_a_worker_connection_keeps_the_server_settings() -> None:
+    tasks.noop.enqueue()
+
+    def claim_then_read() -> tuple[str, list[str]]:
+        assert len(leases.claim(None, "w1", 1)) == 1
+        return setting("jit"), prepared_statements()
+
+    assert in_thread(inside_session(claim_then_read)) == ("on", [])
+
+
+@override_settings(DBQUEUE={"POOLER": "transaction", "PREPARED_STATEMENTS": True})
+def test_behind_a_transaction_pool_statements_prepare_only_when_asked_to() -> None:
+    tasks.noop.enqueue()
+
+    def claim_then_list() -> list[str]:
+        leases.claim(None, "w1", 1)
+        return prepared_statements()
+
+    claims = [text for text in in_thread(inside_session(claim_then_list)) if "SKIP LOCKED" in text]
+    assert len(claims) == 1
+    assert in_thread(inside_session(lambda: setting("jit"))) == "on"

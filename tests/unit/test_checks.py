@@ -438,3 +438,83 @@ def test_e011_asks_the_server_only_when_database_checks_run(
 ) -> None:
     monkeypatch.setattr(connections["default"], "vendor", "mysql")
     assert checks.check_mysql_version(databases=None) == []
+
+
+@pytest.mark.parametrize("pooler", ["session", "Transaction", True])
+def test_e015_pooler_other_than_none_or_transaction_is_an_error(
+    settings: Settings, pooler: object
+) -> None:
+    configure(settings, POOLER=pooler)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E015"]
+    (message,) = only(messages, "dbqueue.E015")
+    assert repr(pooler) in message.msg
+    assert "session-mode" in message.hint
+
+
+@pytest.mark.parametrize("pooler", [None, "transaction"])
+def test_pooler_accepts_none_and_transaction(settings: Settings, pooler: str | None) -> None:
+    configure(settings, POOLER=pooler)
+
+    assert checks.check_settings() == []
+
+
+def test_e016_asynchronous_worker_commit_behind_a_transaction_pool_is_an_error(
+    settings: Settings,
+) -> None:
+    configure(settings, POOLER="transaction", WORKER_SYNCHRONOUS_COMMIT=False)
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E016"]
+    (message,) = only(messages, "dbqueue.E016")
+    assert "other clients" in message.msg
+    assert "ALTER ROLE" in message.hint
+
+
+@pytest.mark.parametrize(
+    ("dbqueue", "prepared"),
+    [
+        ({}, True),
+        ({"POOLER": "transaction"}, False),
+        ({"POOLER": "transaction", "PREPARED_STATEMENTS": True}, True),
+        ({"PREPARED_STATEMENTS": False}, False),
+    ],
+)
+def test_behind_a_pooler_statements_are_unprepared_unless_the_project_asks(
+    settings: Settings, dbqueue: dict[str, object], prepared: bool
+) -> None:
+    configure(settings, **dbqueue)
+
+    assert conf.get().prepared_statements is prepared
+
+
+def test_e017_listen_database_not_in_databases_is_an_error(settings: Settings) -> None:
+    configure(settings, LISTEN_DATABASE="direct")
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E017"]
+    (message,) = only(messages, "dbqueue.E017")
+    assert "'direct'" in message.msg
+    assert "'default'" in message.hint
+
+
+@pytest.mark.parametrize("alias", [None, "default"])
+def test_listen_database_accepts_none_and_an_alias(settings: Settings, alias: str | None) -> None:
+    configure(settings, LISTEN_DATABASE=alias)
+
+    assert checks.check_settings() == []
+
+
+def test_e018_read_database_not_in_databases_is_an_error(settings: Settings) -> None:
+    configure(settings, READ_DATABASE="replica-1")
+
+    messages = checks.check_settings()
+
+    assert ids(messages) == ["dbqueue.E018"]
+    (message,) = only(messages, "dbqueue.E018")
+    assert "'replica-1'" in message.msg
+    assert "replica" in message.hint

@@ -131,7 +131,7 @@ class Command(BaseCommand):
         try:
             output = self.render(json_output, indent=None)
         except DatabaseError as exc:
-            connections[conf.get().database].close()
+            connections[conf.get().reads_from].close()
             self.stderr.write(f"database error, retrying in {every:g}s: {exc}")
             return
         if json_output:
