@@ -250,11 +250,17 @@ class Worker:
         self.pool.submit(context, task)
 
     def _run_job(self, context: JobContext, task: Resolved) -> None:
-        """Run one job in a pool thread; a success is left to the completer to write."""
+        """Run one job in a pool thread; the completer writes its outcome.
+
+        A success is handed over and left to it; any other outcome is written
+        through it (``Completer.write``), so the pool thread needs no
+        connection for the protocol.
+        """
         started = time.monotonic()
         handed_over = False
         try:
-            outcome = execute(context.lease, context, self.completer.hand_over, task)
+            completer = self.completer
+            outcome = execute(context.lease, context, completer.hand_over, task, completer.write)
             handed_over = outcome is Outcome.HANDED_OVER
             if not handed_over:
                 self._count(outcome, started)
