@@ -29,12 +29,13 @@ from django.db import connections
 
 from django_dbqueue import conf, leases, periodic, reaper
 from django_dbqueue.context import JobContext
+from django_dbqueue.worker.budget import ConnectionBudget, connection_budget
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.execute import Resolved, execute, resolve
 from django_dbqueue.worker.heartbeat import Heartbeat
-from django_dbqueue.worker.listener import Listener
+from django_dbqueue.worker.listener import Listener, listen_alias
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
 from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
@@ -118,6 +119,7 @@ class Worker:
                 self.options.concurrency,
                 self.options.burst,
             )
+            log.info("worker id=%s %s", self.worker_id, self.connection_budget().line())
             if pooled := switched_off_for_pooler():
                 log.info("worker id=%s %s", self.worker_id, pooled)
             self.pool.start()
@@ -138,6 +140,19 @@ class Worker:
                 raise
             finally:
                 self._shut_down()
+
+    def connection_budget(self) -> ConnectionBudget:
+        """The connections to the queue's database this process holds (``budget``)."""
+        cfg = conf.get()
+        return connection_budget(
+            self.options.concurrency,
+            reaper=self.options.reaper,
+            periodic=bool(self.scheduler.schedules),
+            listen=listen_alias(),
+            listen_database=cfg.listen_database,
+            conn_max_age=connections[cfg.database].settings_dict["CONN_MAX_AGE"],
+            metrics=self.options.metrics_port is not None,
+        )
 
     def stop(self) -> None:
         """Stop claiming and drain (what SIGTERM does)."""
