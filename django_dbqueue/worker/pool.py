@@ -26,11 +26,11 @@ class JobPool:
 
     A slot never dies of a job: whatever escapes ``run``, ``BaseException``
     included, is logged and the slot takes the next job. ``running()`` tells
-    which job each busy slot is on. A slot writes no outcome itself (the
-    worker's completer does), so it connects only when task code (or a signal
-    receiver) touches the database, and after each job closes what
-    ``CONN_MAX_AGE`` calls old (``close_old_connections``: with the default
-    0, whatever the job opened). Each thread closes its database connections
+    which job each busy slot is on. After each job a slot closes what
+    ``CONN_MAX_AGE`` calls old (``close_old_connections``: with the default 0,
+    whatever the job opened); in the worker, whose completer writes the
+    outcomes, a slot so holds a connection only while task code (or a signal
+    receiver) uses the database. Each thread closes its database connections
     when the pool stops. Threads are daemons, so a job still
     running when the process exits does not hold it.
     """
