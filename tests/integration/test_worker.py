@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
@@ -151,6 +152,16 @@ class TestJobThreadConnections:
         assert Job.objects.succeeded().count() == 2
         # One slot ran both jobs: each heartbeat() connected anew, the first connection closed.
         assert slot_connections(connected_threads) == ["dbqueue-slot-0"] * 2
+
+    def test_with_persistent_connections_a_job_thread_keeps_its_connection_for_the_next(
+        self, connected_threads: list[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """CONN_MAX_AGE > 0 keeps it from job to job, as from request to request."""
+        monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 600)
+        tasks.with_context.enqueue_many([(("a",), {}), (("b",), {})])
+        Worker(WorkerOptions(burst=True, concurrency=1)).run()
+        assert Job.objects.succeeded().count() == 2
+        assert slot_connections(connected_threads) == ["dbqueue-slot-0"]
 
 
 @pytest.mark.django_db(transaction=True)
