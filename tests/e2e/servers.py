@@ -333,11 +333,16 @@ class PgBouncer:
         (self.root / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
 
     def _launch(self, program: str) -> None:
-        command = [program, str(self.root / "pgbouncer.ini")]
-        if self.run_as is not None:
-            command = ["runuser", "-u", self.run_as, "--", *command]
+        # Popen switches user itself rather than through runuser: runuser, told to stop,
+        # waits two seconds before it kills its child, while PgBouncer stops at once.
         self.process = subprocess.Popen(
-            command, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [program, str(self.root / "pgbouncer.ini")],
+            cwd="/",
+            user=self.run_as,
+            group=None if self.run_as is None else pwd.getpwnam(self.run_as).pw_gid,
+            extra_groups=None if self.run_as is None else [],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + SERVER_WAIT
         while time.monotonic() < deadline:
