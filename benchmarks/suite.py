@@ -56,7 +56,10 @@ def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results
             facts: dict[str, Any] = {"sizes": asdict(sizes), "environment": environment(harness)}
             for step in steps:
                 print(f"{step.__module__}.{step.__name__}", file=sys.stderr, flush=True)
+                step_started = time.monotonic()
                 step(session)
+                took = time.monotonic() - step_started
+                print(f"  ({took:.1f} s)", file=sys.stderr, flush=True)
     finally:
         connections.close_all()
         database.drop(url)
