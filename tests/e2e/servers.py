@@ -312,6 +312,10 @@ class PgBouncer:
     def log(self) -> str:
         return (self.root / "pgbouncer.log").read_text(errors="replace")
 
+    def pid(self) -> int:
+        """The pgbouncer process's id (a child of ``runuser`` when run as ``postgres``)."""
+        return int((self.root / "pgbouncer.pid").read_text())
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -341,6 +345,7 @@ class PgBouncer:
             # Django's psycopg connections send none of these, but a test's psql might.
             "ignore_startup_parameters = extra_float_digits,options",
             f"logfile = {self.root / 'pgbouncer.log'}",
+            f"pidfile = {self.root / 'pgbouncer.pid'}",
         ]
         if max_prepared_statements is not None:
             lines.append(f"max_prepared_statements = {max_prepared_statements}")
