@@ -94,6 +94,7 @@ def test_four_hosts_through_one_pgbouncer_drain_20000_jobs_each_exactly_once_and
         f"(pool {POOL_SIZE}) in {seconds:.1f} s; shares {shares}"
     )
     print(summary)
+    assert "login attempt" in bouncer.log()  # the hosts did come through the pool
     job_ids = [job_id for name in names for job_id, _ in ran_by[name]]
     assert sorted(job_ids) == [job.pk for job in jobs], summary  # each once, none lost
     assert {attempt for name in names for _, attempt in ran_by[name]} == {1}, summary
