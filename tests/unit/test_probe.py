@@ -12,6 +12,13 @@ from django_dbqueue.worker.listener import Listener
 from django_dbqueue.worker.probe import PROBE_PREFIX, PROBE_WINDOW, Probe
 
 
+@pytest.fixture
+def probe(caplog: pytest.LogCaptureFixture) -> Probe:
+    """A fresh probe, its verdicts captured from INFO up."""
+    caplog.set_level(logging.INFO, "django_dbqueue.worker.probe")
+    return Probe()
+
+
 def listener(queues: list[str] | None) -> Listener:
     return Listener(queues, threading.Event(), threading.Event())
 
@@ -54,10 +61,9 @@ def test_probes_wake_no_claimer_neither_its_own_nor_another_workers(
     assert ":" in PROBE_PREFIX  # never a queue name, so no listener takes it for one
 
 
-def test_its_own_probe_heard_is_said_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
-    probe = Probe()
-    caplog.set_level(logging.INFO, "django_dbqueue.worker.probe")
-
+def test_its_own_probe_heard_is_said_once_at_info(
+    probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
     for _ in range(2):  # a second LISTEN (after a reconnect) probes again
         assert sent(probe, 0).hears(probe.payload)
         probe.check()
@@ -66,11 +72,8 @@ def test_its_own_probe_heard_is_said_once_at_info(caplog: pytest.LogCaptureFixtu
 
 
 def test_an_unheard_probe_is_said_once_at_warning_after_its_window(
-    caplog: pytest.LogCaptureFixture,
+    probe: Probe, caplog: pytest.LogCaptureFixture
 ) -> None:
-    probe = Probe()
-    caplog.set_level(logging.INFO, "django_dbqueue.worker.probe")
-
     sent(probe, PROBE_WINDOW / 2).check()
     assert verdicts(caplog) == []
     for _ in range(2):
@@ -81,11 +84,8 @@ def test_an_unheard_probe_is_said_once_at_warning_after_its_window(
 
 
 def test_a_probe_heard_after_an_unheard_one_says_that_wake_ups_now_arrive(
-    caplog: pytest.LogCaptureFixture,
+    probe: Probe, caplog: pytest.LogCaptureFixture
 ) -> None:
-    probe = Probe()
-    caplog.set_level(logging.INFO, "django_dbqueue.worker.probe")
-
     sent(probe, PROBE_WINDOW).check()
     sent(probe, 0).hears(probe.payload)  # the next LISTEN, after a reconnect
 
