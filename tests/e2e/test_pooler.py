@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Count
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import ROOT, WorkerProcess, listening
+from tests.e2e.conftest import ROOT, WorkerProcess, listening, pooled_url
 from tests.e2e.servers import PgBouncer
 from tests.jobs.e2e_tasks import recorded
 from tests.testapp.models import Execution
@@ -36,34 +36,6 @@ StartWorker = Callable[..., WorkerProcess]
 POOLED = {"POOLER": "transaction"}
 
 e2e_db = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def start_pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
-    """``start_pgbouncer(pool_size=4, max_prepared_statements=None)``: one in front of the
-    test database's server, stopped at teardown."""
-    if connection.vendor != "postgresql":
-        pytest.skip("PgBouncer pools PostgreSQL only")
-    started: list[PgBouncer] = []
-
-    def start(**options: Any) -> PgBouncer:
-        port = int(connection.settings_dict["PORT"] or 5432)
-        started.append(PgBouncer.start(upstream_port=port, **options))
-        return started[-1]
-
-    yield start
-    for bouncer in started:
-        bouncer.stop()
-
-
-@pytest.fixture
-def pgbouncer(start_pgbouncer: Callable[..., PgBouncer]) -> PgBouncer:
-    return start_pgbouncer()
-
-
-def pooled_url(bouncer: PgBouncer) -> str:
-    """The test database, reached through ``bouncer``."""
-    return bouncer.url(connection.settings_dict["NAME"])
 
 
 def run_through(url: str, code: str, settings: str = "{}") -> str:
