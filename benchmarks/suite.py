@@ -16,7 +16,17 @@ import django
 import psycopg
 from django.db import connections
 
-from benchmarks import admin_pages, compare, database, drain, enqueue, latency, lateness, memory
+from benchmarks import (
+    admin_pages,
+    compare,
+    database,
+    drain,
+    enqueue,
+    latency,
+    lateness,
+    memory,
+    pooler,
+)
 from benchmarks.results import Results
 from benchmarks.session import Session
 from benchmarks.sizes import Sizes
@@ -36,13 +46,18 @@ STEPS = (
 )
 
 
-def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results, dict[str, Any]]:
+def run(
+    url: str, sizes: Sizes, *, with_pgqueuer: bool = False, with_pooler: bool = False
+) -> tuple[Results, dict[str, Any]]:
     """Measure everything on a fresh database at ``url``; the results and what ran them.
 
-    ``with_pgqueuer`` adds the side-by-side drain with pgqueuer right after ours.
+    ``with_pgqueuer`` adds the side-by-side drain with pgqueuer right after ours, and
+    ``with_pooler`` the drains directly and through PgBouncer after that.
     """
     started = time.monotonic()
     steps = list(STEPS)
+    if with_pooler:
+        steps.insert(steps.index(drain.run) + 1, pooler.run)
     if with_pgqueuer:
         steps.insert(steps.index(drain.run) + 1, compare.run)
     database.create(url)
@@ -56,7 +71,10 @@ def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results
             facts: dict[str, Any] = {"sizes": asdict(sizes), "environment": environment(harness)}
             for step in steps:
                 print(f"{step.__module__}.{step.__name__}", file=sys.stderr, flush=True)
+                step_started = time.monotonic()
                 step(session)
+                took = time.monotonic() - step_started
+                print(f"  ({took:.1f} s)", file=sys.stderr, flush=True)
     finally:
         connections.close_all()
         database.drop(url)

@@ -9,7 +9,9 @@ where it listens, ``LISTEN_DATABASE`` when set). Job threads hold one only
 while their task code (or a ``job_started``/``job_finished`` receiver) uses
 the database, and the reporter only while its receivers do; both give it back
 as ``CONN_MAX_AGE`` says (the default 0: when the job returns, when nothing is
-left to report). A metrics server opens one per scrape and closes it after.
+left to report). A metrics server opens one per scrape and closes it after;
+the listener one for a moment each time it (re)connects, to send its wake-up
+probe (``probe``).
 """
 
 from __future__ import annotations
