@@ -13,6 +13,12 @@ cannot hold back the rest of its batch. Under load this turns a commit per job
 into a commit per batch; a lone job is written at once (group commit: nobody
 waits for a window). Until its outcome is reported a job stays the worker's:
 its lease is renewed and shutdown waits for it.
+
+The completer also writes the job threads' other outcomes (retries, dead
+jobs, cancels: ``write``), one at a time and ahead of the successes, while the
+job thread waits for the result; so job threads need no connection of their
+own for the protocol, and a worker's own connections do not grow with
+``--concurrency``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as NotYet
 from dataclasses import dataclass
 
 from django_dbqueue import leases
@@ -29,9 +37,11 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.worker.connections import (
     WRITE_RETRY,
     Survival,
+    applied,
     log_unrecorded,
     recover,
     worth_retrying,
+    write_here,
 )
 from django_dbqueue.worker.faults import classify
 from django_dbqueue.worker.reporter import Outcome
@@ -41,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: The most results written in one statement.
 MAX_BATCH = 200
+#: How often a job thread waiting for its write (``Completer.write``) checks on the completer.
+WRITE_TICK = 0.5
 
 #: Told each handed-over job's outcome once written: ``(context, outcome, started)``.
 Written = Callable[[JobContext, Outcome, float], None]
@@ -56,6 +68,18 @@ class _Pending:
     give_up_at: float
 
 
+@dataclass(frozen=True)
+class _Write:
+    """A job thread's outcome write, applied by the completer; ``done`` gets its result."""
+
+    transition: Callable[[], bool]
+    done: Future[bool]
+
+
+class WriteNotTaken(TimeoutError):
+    """The completer did not take a write in time: the outcome is not written."""
+
+
 class Completer(threading.Thread):
     """Background writer of job successes until ``stop`` is set and nothing is pending."""
 
@@ -63,7 +87,7 @@ class Completer(threading.Thread):
         super().__init__(name="dbqueue-completer", daemon=True)
         self.stop = stop
         self.written = written
-        self._inbox: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Pending | _Write] = queue.SimpleQueue()
         self._backlog = 0
         self._lock = threading.Lock()
 
@@ -85,13 +109,39 @@ class Completer(threading.Thread):
             self._backlog += 1
         self._inbox.put(_Pending(context, encoded, started, give_up_at))
 
+    def write(self, transition: Callable[[], bool], give_up_at: float) -> bool:
+        """Apply ``transition`` (one outcome's write) on the completer's connection; its result.
+
+        For job threads (``execute``'s ``write``): the write is queued with the
+        successes, taken before them, and this thread waits for it. It raises
+        what the write raised, once the completer's connection recovered from
+        it (``applied``), or ``WriteNotTaken`` when the completer had not
+        taken it by ``give_up_at`` (``time.monotonic``); nothing is written
+        then. Once the completer has stopped (shutdown), or before it started,
+        the write is made on this thread's own connection instead.
+        """
+        pending = _Write(transition, Future())
+        self._inbox.put(pending)
+        while True:
+            try:
+                return pending.done.result(timeout=WRITE_TICK)
+            except NotYet:
+                pass
+            if not self.is_alive() and pending.done.cancel():
+                return write_here(transition, give_up_at)
+            if time.monotonic() >= give_up_at and pending.done.cancel():
+                raise WriteNotTaken(
+                    "the completer did not take this outcome's write within the lease"
+                )
+
     def run(self) -> None:
         survival = Survival("job success writing")
         with worker_session():
             retrying: list[_Pending] = []
             failures = 0
             while not (self.stop.is_set() and self._inbox.empty() and not retrying):
-                batch = retrying + self._gather(MAX_BATCH - len(retrying), wait=not retrying)
+                gathered = self._gather(MAX_BATCH - len(retrying), wait=not retrying)
+                batch = retrying + self._written_first(gathered)
                 if not batch:
                     continue
                 try:
@@ -111,9 +161,9 @@ class Completer(threading.Thread):
                     applied = pending.context.job_id in completed
                     self._report(pending, Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST)
 
-    def _gather(self, room: int, *, wait: bool) -> list[_Pending]:
+    def _gather(self, room: int, *, wait: bool) -> list[_Pending | _Write]:
         """What queued up, at most ``room``; with ``wait``, wait briefly for the first."""
-        batch: list[_Pending] = []
+        batch: list[_Pending | _Write] = []
         if wait:
             try:
                 batch.append(self._inbox.get(timeout=0.1))
@@ -126,6 +176,20 @@ class Completer(threading.Thread):
             except queue.Empty:
                 break
         return batch
+
+    @staticmethod
+    def _written_first(gathered: list[_Pending | _Write]) -> list[_Pending]:
+        """Apply the job threads' writes among ``gathered`` (they wait); return the successes."""
+        successes: list[_Pending] = []
+        for item in gathered:
+            if isinstance(item, _Pending):
+                successes.append(item)
+            elif item.done.set_running_or_notify_cancel():
+                try:
+                    item.done.set_result(applied(item.transition))
+                except Exception as exc:  # noqa: BLE001 - handed to the job thread, which classifies it.
+                    item.done.set_exception(exc)
+        return successes
 
     def _still_worth_writing(
         self, batch: list[_Pending], survival: Survival, failures: int, exc: Exception

@@ -1,5 +1,5 @@
-"""Database connection hygiene for the worker's long-lived threads, how their loops survive,
-and how long a job's outcome write is retried while the database is unreachable."""
+"""Database connection hygiene for the worker's threads, how their loops survive, and how
+a job's outcome is written and how long that is retried while the database is unreachable."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
 
@@ -15,7 +16,10 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.retry import Backoff
 from django_dbqueue.worker import session
 from django_dbqueue.worker.faults import Fault, classify
-from django_dbqueue.worker.reporter import Outcome
+
+if TYPE_CHECKING:
+    # For annotations only: the reporter closes its connections with this module's help.
+    from django_dbqueue.worker.reporter import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +38,22 @@ def close_queue_connection() -> None:
         log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
 
 
-def close_broken_connections() -> None:
-    """Close this thread's connections that errored and no longer answer.
+def close_old_connections() -> None:
+    """At the end of each job (and report), do what Django does at the end of each request.
 
-    Healthy connections stay open whatever ``CONN_MAX_AGE`` says: the worker
-    owns its connections and reuses them from job to job.
+    Each of this thread's connections that broke, or that ``CONN_MAX_AGE``
+    says is too old, is closed: with Django's default ``CONN_MAX_AGE = 0``,
+    every connection task code (or a signal receiver) opened is given back
+    when the job returns, so a thread that runs jobs holds a connection only
+    while its task code uses the database. ``CONN_MAX_AGE > 0`` (or ``None``)
+    keeps healthy ones open from job to job, as it does from request to
+    request, at the price of up to one connection per thread. Never raises.
     """
     for connection in connections.all(initialized_only=True):
-        if connection.errors_occurred and not connection.is_usable():
-            try:
-                connection.close()
-            except DatabaseError as exc:
-                log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
+        try:
+            connection.close_if_unusable_or_obsolete()
+        except DatabaseError as exc:
+            log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
 
 
 class Survival:
@@ -136,6 +144,27 @@ def repeat(
             pause = interval
     finally:
         connections.close_all()
+
+
+def applied(transition: Callable[[], bool]) -> bool:
+    """``transition()`` (an outcome's write) on this thread's connection, and what it returned.
+
+    What it raises is raised again once the fault's remedy (``recover``) was
+    applied to this thread's connection.
+    """
+    try:
+        return transition()
+    except Exception as exc:
+        recover(classify(exc))
+        raise
+
+
+def write_here(transition: Callable[[], bool], give_up_at: float) -> bool:
+    """Write an outcome on the calling thread's own connection, in one try (``applied``).
+
+    The try takes as long as the database takes, whatever ``give_up_at`` says.
+    """
+    return applied(transition)
 
 
 def worth_retrying(context: JobContext, give_up_at: float, pause: float) -> bool:

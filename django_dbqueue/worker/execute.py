@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,7 +36,12 @@ from django_dbqueue.exceptions import (
 )
 from django_dbqueue.models import Job
 from django_dbqueue.runnable import Runnable
-from django_dbqueue.worker.connections import WRITE_RETRY, log_unrecorded, recover, worth_retrying
+from django_dbqueue.worker.connections import (
+    WRITE_RETRY,
+    log_unrecorded,
+    worth_retrying,
+    write_here,
+)
 from django_dbqueue.worker.faults import classify
 from django_dbqueue.worker.reporter import Outcome, report
 
@@ -49,12 +54,18 @@ Resolved = Runnable | Exception
 #: ``ResultNotSerializable`` at once when the result is not JSON.
 HandOver = Callable[[JobContext, Any, float], None]
 
+#: Writes an outcome: applies ``transition`` once, by ``give_up_at`` (``time.monotonic``) at
+#: the latest, and returns what it returned; raises what it raised, the fault's remedy
+#: (``recover``) applied to the connection it ran on.
+Write = Callable[[Callable[[], bool], float], bool]
+
 
 def execute(
     lease: leases.Lease,
     context: JobContext | None = None,
     hand_over: HandOver | None = None,
     task: Resolved | None = None,
+    write: Write | None = None,
 ) -> Outcome:
     """Import the task, bind the arguments, call it, and record what happened.
 
@@ -75,8 +86,12 @@ def execute(
 
     With ``hand_over`` (the worker's batching completer) a success is handed
     over instead of written here, and ``HANDED_OVER`` returned: whoever took
-    it writes and reports it. Never raises for task failures, nor for a
-    failing signal receiver.
+    it writes and reports it. With ``write`` (the worker's completer again)
+    every other outcome is written through it, on a connection the worker
+    owns, while this thread waits for the result, so the calling thread needs
+    no connection of its own for the protocol; without it (``run_jobs``,
+    eager mode) outcomes are written here (``write_here``). Never raises for
+    task failures, nor for a failing signal receiver.
     """
     signals.job_started.send_robust(
         sender=Job,
@@ -86,7 +101,8 @@ def execute(
         leased_at=lease.leased_at,
     )
     resolved = resolve(lease) if task is None else task
-    return _attempt(lease, context or JobContext(lease), hand_over, resolved, time.monotonic())
+    job = _Recording(context or JobContext(lease), write or write_here, time.monotonic())
+    return _attempt(job, hand_over, resolved)
 
 
 def resolve(lease: leases.Lease) -> Resolved:
@@ -102,60 +118,78 @@ def resolve(lease: leases.Lease) -> Resolved:
         return exc
 
 
-def _attempt(
-    lease: leases.Lease,
-    context: JobContext,
-    hand_over: HandOver | None,
-    resolved: Resolved,
-    started: float,
-) -> Outcome:
+@dataclass(frozen=True)
+class _Recording:
+    """One attempt being recorded: its job, the way its outcome is written, when it started."""
+
+    context: JobContext
+    write: Write
+    #: When the attempt started (``time.monotonic``), for its duration.
+    started: float
+
+    def settle(self, verdict: _Verdict) -> Outcome:
+        """Write ``verdict`` (``_write``), then report the outcome the database gave."""
+        outcome = _write(self.context, self.write, verdict.transition, verdict.outcome)
+        return self.reported(outcome, verdict.code)
+
+    def reported(self, outcome: Outcome, code: str) -> Outcome:
+        report(self.context.lease, outcome, code, time.monotonic() - self.started)
+        return outcome
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What an attempt's end calls for: the write, the outcome it records, the error code."""
+
+    transition: Callable[[], bool]
+    outcome: Outcome
+    code: str = ""
+
+
+def _attempt(job: _Recording, hand_over: HandOver | None, resolved: Resolved) -> Outcome:
     # Each failure is reported inside its except clause, while sys.exc_info() holds it.
+    context, lease = job.context, job.context.lease
     try:
         if isinstance(resolved, Exception):
             raise resolved
         task = resolved
     except TaskNotFound as exc:
-        info = ErrorInfo.from_exception(exc, TASK_NOT_FOUND)
-        return _reported(lease, started, *_give_up(context, info))
+        return job.settle(_give_up(context, ErrorInfo.from_exception(exc, TASK_NOT_FOUND)))
     try:
         job_call = task.prepare(lease, context)
     except TypeError as exc:
-        info = ErrorInfo.from_exception(exc, BAD_ARGUMENTS)
-        return _reported(lease, started, *_give_up(context, info))
+        return job.settle(_give_up(context, ErrorInfo.from_exception(exc, BAD_ARGUMENTS)))
     try:
         result = job_call()
     except LeaseLost:
-        return _reported(lease, started, Outcome.LEASE_LOST, "")
+        return job.reported(Outcome.LEASE_LOST, "")
     except JobCancelled:
-        cancelled = _write(context, lambda: leases.cancel_running(lease), Outcome.CANCELLED)
-        return _reported(lease, started, cancelled, CANCELLED)
+        return job.settle(
+            _Verdict(lambda: leases.cancel_running(lease), Outcome.CANCELLED, CANCELLED)
+        )
     except Retry as exc:
-        return _reported(lease, started, *_retry_requested(context, task, exc))
+        return job.settle(_retry_requested(context, task, exc))
     # Task code may raise anything, SystemExit and CancelledError included: it is recorded on
     # the job as a failed attempt, and the slot goes on.
     except BaseException as exc:  # noqa: BLE001
-        return _reported(lease, started, *_failed(context, task, exc))
+        return job.settle(_failed(context, task, exc))
     try:
         if hand_over is not None:
-            hand_over(context, result, started)
+            hand_over(context, result, job.started)
             return Outcome.HANDED_OVER
         encoded = leases.encode_result(lease, result)
     except ResultNotSerializable as exc:
         # Recorded as what serialising raised (TypeError, ValueError), as django.tasks does.
         info = ErrorInfo.from_exception(exc.__cause__ or exc, RESULT_NOT_SERIALIZABLE)
-        return _reported(lease, started, *_give_up(context, info))
-    completed = _write(
-        context, lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
+        return job.settle(_give_up(context, info))
+    return job.settle(
+        _Verdict(
+            lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
+        )
     )
-    return _reported(lease, started, completed, "")
 
 
-def _reported(lease: leases.Lease, started: float, outcome: Outcome, code: str) -> Outcome:
-    report(lease, outcome, code, time.monotonic() - started)
-    return outcome
-
-
-def _failed(context: JobContext, task: Runnable, exc: BaseException) -> tuple[Outcome, str]:
+def _failed(context: JobContext, task: Runnable, exc: BaseException) -> _Verdict:
     # A BaseException's own ``code`` (SystemExit's exit status) names no error: ours does.
     info = ErrorInfo.from_exception(exc, None if isinstance(exc, Exception) else TASK_ABORTED)
     if isinstance(exc, (PermanentError, *task.give_up_on)):
@@ -163,7 +197,7 @@ def _failed(context: JobContext, task: Runnable, exc: BaseException) -> tuple[Ou
     return _retry(context, info, task.backoff.delay(context.attempt))
 
 
-def _retry_requested(context: JobContext, task: Runnable, exc: Retry) -> tuple[Outcome, str]:
+def _retry_requested(context: JobContext, task: Runnable, exc: Retry) -> _Verdict:
     """``raise Retry(delay=...)``: the delay asked for (capped at ``MAX_DELAY``) or the backoff."""
     info = ErrorInfo.from_exception(exc)
     if exc.delay is None:
@@ -174,21 +208,21 @@ def _retry_requested(context: JobContext, task: Runnable, exc: Retry) -> tuple[O
     return _retry(context, info, delay)
 
 
-def _retry(context: JobContext, info: ErrorInfo, delay: float) -> tuple[Outcome, str]:
+def _retry(context: JobContext, info: ErrorInfo, delay: float) -> _Verdict:
     if context.attempt >= context.max_attempts:
         return _give_up(context, info)
     retry_at = timezone.now() + timedelta(seconds=delay)
-    return _write(
-        context, lambda: leases.fail(context.lease, info, retry_at), Outcome.RETRIED
-    ), info.code
+    return _Verdict(lambda: leases.fail(context.lease, info, retry_at), Outcome.RETRIED, info.code)
 
 
-def _give_up(context: JobContext, info: ErrorInfo) -> tuple[Outcome, str]:
-    return _write(context, lambda: leases.fail(context.lease, info, None), Outcome.DEAD), info.code
+def _give_up(context: JobContext, info: ErrorInfo) -> _Verdict:
+    return _Verdict(lambda: leases.fail(context.lease, info, None), Outcome.DEAD, info.code)
 
 
-def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome) -> Outcome:
-    """Apply ``transition``; ``outcome`` if it took, ``LEASE_LOST`` if the lease was gone.
+def _write(
+    context: JobContext, write: Write, transition: Callable[[], bool], outcome: Outcome
+) -> Outcome:
+    """Apply ``transition`` through ``write``; ``outcome`` if it took, ``LEASE_LOST`` if not.
 
     A failure the database may get over (``faults``: a lost connection, a
     read-only or restarting server) is retried with growing pauses while
@@ -201,10 +235,9 @@ def _write(context: JobContext, transition: Callable[[], bool], outcome: Outcome
     failures = 0
     while True:
         try:
-            return outcome if transition() else Outcome.LEASE_LOST
+            return outcome if write(transition, give_up_at) else Outcome.LEASE_LOST
         except Exception as exc:  # noqa: BLE001 - classified: retried while it may help.
             fault = classify(exc)
-            recover(fault)
             failures += 1
             pause = WRITE_RETRY.delay(failures)
             if not (fault.transient and worth_retrying(context, give_up_at, pause)):

@@ -27,6 +27,21 @@ log = logging.getLogger(__name__)
 LISTEN_TICK = 0.25
 
 
+def listen_alias() -> str | None:
+    """The database alias of the worker's one ``LISTEN`` connection; ``None`` when it has none.
+
+    ``LISTEN_DATABASE`` when set, else the queue's ``DATABASE``; none off
+    PostgreSQL (polling only) and none behind a transaction-mode pool
+    (``POOLER``) without ``LISTEN_DATABASE``, where a ``LISTEN`` hears nothing.
+    """
+    cfg = conf.get()
+    if connections[cfg.database].vendor != "postgresql":
+        return None
+    if cfg.pooler is not None and cfg.listen_database is None:
+        return None
+    return cfg.listen_database or cfg.database
+
+
 class Listener(threading.Thread):
     """Sets ``wake`` when a job is committed on a queue this worker serves."""
 
@@ -37,25 +52,28 @@ class Listener(threading.Thread):
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
         self.stop = stop
+        #: The alias it LISTENs on, once started (``listen_alias``).
+        self.alias = conf.get().database
         self.probe = Probe()
 
     def serves(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
 
     def start(self) -> None:
-        """Hear in-process commits at once; on PostgreSQL also start the LISTEN thread."""
+        """Hear in-process commits at once; start the LISTEN thread where it can hear
+        (``listen_alias``)."""
         signals.jobs_committed.connect(self._on_commit, weak=False, dispatch_uid=id(self))
         cfg = conf.get()
-        if connections[cfg.database].vendor != "postgresql":
-            return
-        if cfg.pooler is not None and cfg.listen_database is None:
+        alias = listen_alias()
+        if alias is not None:
+            self.alias = alias
+            super().start()
+        elif cfg.pooler is not None:
             log.info(
                 "no LISTEN through the %s pool (no LISTEN_DATABASE): polling every %ss",
                 cfg.pooler,
                 cfg.poll_interval,
             )
-            return
-        super().start()
 
     def close(self) -> None:
         signals.jobs_committed.disconnect(dispatch_uid=id(self))
@@ -80,7 +98,7 @@ class Listener(threading.Thread):
         from psycopg import sql
 
         cfg = conf.get()
-        params = connections[cfg.listen_database or cfg.database].get_connection_params()
+        params = connections[self.alias].get_connection_params()
         channel = sql.Identifier(cfg.notify_channel)
         with psycopg.connect(**params, autocommit=True) as listening:
             listening.execute(sql.SQL("LISTEN {}").format(channel))

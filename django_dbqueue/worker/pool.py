@@ -1,4 +1,5 @@
-"""A fixed pool of threads running claimed jobs, each with its own connections."""
+"""A fixed pool of threads running claimed jobs; a thread holds a connection only while its job's
+task code uses the database (``CONN_MAX_AGE`` permitting)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from django_dbqueue.context import JobContext
-from django_dbqueue.worker.connections import close_broken_connections
+from django_dbqueue.worker.connections import close_old_connections
 from django_dbqueue.worker.execute import Resolved
 
 log = logging.getLogger(__name__)
@@ -25,8 +26,12 @@ class JobPool:
 
     A slot never dies of a job: whatever escapes ``run``, ``BaseException``
     included, is logged and the slot takes the next job. ``running()`` tells
-    which job each busy slot is on. Each thread closes its database
-    connections when the pool stops. Threads are daemons, so a job still
+    which job each busy slot is on. After each job a slot closes what
+    ``CONN_MAX_AGE`` calls old (``close_old_connections``: with the default 0,
+    whatever the job opened); in the worker, whose completer writes the
+    outcomes, a slot so holds a connection only while task code (or a signal
+    receiver) uses the database. Each thread closes its database connections
+    when the pool stops. Threads are daemons, so a job still
     running when the process exits does not hold it.
     """
 
@@ -91,6 +96,6 @@ class JobPool:
                     with self._lock:
                         self._running.pop(slot, None)
                         self._busy -= 1
-                    close_broken_connections()
+                    close_old_connections()
         finally:
             connections.close_all()

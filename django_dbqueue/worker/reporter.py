@@ -21,6 +21,7 @@ from django.db import connections
 from django_dbqueue import signals
 from django_dbqueue.leases import Lease
 from django_dbqueue.models import Job
+from django_dbqueue.worker.connections import close_old_connections
 from django_dbqueue.worker.outcome_log import outcome_log
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,10 @@ class OutcomeReporter(threading.Thread):
 
     ``reported`` is called after each one (the worker's wake-up: a backlog
     here holds claims back). The thread's connections are ordinary ones, as
-    in a job thread.
+    in a job thread: opened only by receivers that query (the ``django.tasks``
+    backend's does), and closed as ``CONN_MAX_AGE`` says
+    (``close_old_connections``) whenever nothing is left to report, so a burst
+    of reports shares one connection and an idle reporter holds none.
     """
 
     def __init__(self, reported: Callable[[], None]) -> None:
@@ -104,6 +108,8 @@ class OutcomeReporter(threading.Thread):
                 # Receivers are the project's code: whatever they raise, the next one is reported.
                 except BaseException:
                     log.exception("job id=%s outcome=%s not reported", lease.job_id, outcome.value)
+                if self._inbox.empty():
+                    close_old_connections()
                 self.reported()
         finally:
             connections.close_all()

@@ -29,12 +29,13 @@ from django.db import connections
 
 from django_dbqueue import conf, leases, periodic, reaper
 from django_dbqueue.context import JobContext
+from django_dbqueue.worker.budget import ConnectionBudget, connection_budget
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.execute import Resolved, execute, resolve
 from django_dbqueue.worker.heartbeat import Heartbeat
-from django_dbqueue.worker.listener import Listener
+from django_dbqueue.worker.listener import Listener, listen_alias
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.pool import JobPool
 from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
@@ -118,6 +119,7 @@ class Worker:
                 self.options.concurrency,
                 self.options.burst,
             )
+            log.info("worker id=%s %s", self.worker_id, self.connection_budget().line())
             if pooled := switched_off_for_pooler():
                 log.info("worker id=%s %s", self.worker_id, pooled)
             self.pool.start()
@@ -138,6 +140,19 @@ class Worker:
                 raise
             finally:
                 self._shut_down()
+
+    def connection_budget(self) -> ConnectionBudget:
+        """The connections to the queue's database this process holds (``budget``)."""
+        cfg = conf.get()
+        return connection_budget(
+            self.options.concurrency,
+            reaper=self.options.reaper,
+            periodic=bool(self.scheduler.schedules),
+            listen=listen_alias(),
+            listen_database=cfg.listen_database,
+            conn_max_age=connections[cfg.database].settings_dict["CONN_MAX_AGE"],
+            metrics=self.options.metrics_port is not None,
+        )
 
     def stop(self) -> None:
         """Stop claiming and drain (what SIGTERM does)."""
@@ -250,11 +265,17 @@ class Worker:
         self.pool.submit(context, task)
 
     def _run_job(self, context: JobContext, task: Resolved) -> None:
-        """Run one job in a pool thread; a success is left to the completer to write."""
+        """Run one job in a pool thread; the completer writes its outcome.
+
+        A success is handed over and left to it; any other outcome is written
+        through it (``Completer.write``), so the pool thread needs no
+        connection for the protocol.
+        """
         started = time.monotonic()
         handed_over = False
         try:
-            outcome = execute(context.lease, context, self.completer.hand_over, task)
+            completer = self.completer
+            outcome = execute(context.lease, context, completer.hand_over, task, completer.write)
             handed_over = outcome is Outcome.HANDED_OVER
             if not handed_over:
                 self._count(outcome, started)

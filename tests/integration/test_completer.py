@@ -16,9 +16,10 @@ from pytest_django import DjangoAssertNumQueries
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
+from django_dbqueue.errors import ErrorInfo
 from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.worker.completer import Completer
+from django_dbqueue.worker.completer import Completer, WriteNotTaken
 from django_dbqueue.worker.reporter import Outcome
 from tests.jobs import tasks
 from tests.waiting import wait_until
@@ -292,3 +293,59 @@ def test_a_failing_report_neither_stops_the_completer_nor_the_next_report() -> N
         assert reports.wait_for(1) == {second.job_id: Outcome.SUCCEEDED}
         assert completer.is_alive()
     assert completer.backlog == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_threads_write_runs_on_the_completer_and_returns_its_result() -> None:
+    tasks.permanent.enqueue()
+    (lease,) = leases.claim(None, "w1", 1)
+    ran_on: list[str] = []
+
+    def give_up() -> bool:
+        ran_on.append(threading.current_thread().name)
+        return leases.fail(lease, ErrorInfo("GAVE_UP", "no", ""), None)
+
+    with running(Completer(threading.Event(), Reports())) as completer:
+        assert completer.write(give_up, time.monotonic() + WAIT) is True
+        assert completer.is_alive()
+    assert ran_on == ["dbqueue-completer"]
+    assert Job.objects.get(pk=lease.job_id).state == JobState.DEAD
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_a_write_raises_reaches_the_job_thread_and_the_completer_goes_on() -> None:
+    def lose_the_connection() -> bool:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    with running(Completer(threading.Event(), Reports())) as completer:
+        with pytest.raises(OperationalError, match="server closed"):
+            completer.write(lose_the_connection, time.monotonic() + WAIT)
+        assert completer.write(lambda: True, time.monotonic() + WAIT) is True
+        assert completer.is_alive()
+
+
+def test_a_write_the_completer_does_not_take_in_time_is_not_made() -> None:
+    completer = Completer(threading.Event(), Reports())
+    # A completer that is alive but never takes the write (stuck in a long statement, say).
+    completer.is_alive = lambda: True  # type: ignore[method-assign] # stands in for a stuck thread
+    written: list[bool] = []
+
+    def write() -> bool:
+        written.append(True)
+        return True
+
+    with pytest.raises(WriteNotTaken):
+        completer.write(write, time.monotonic() + 0.1)
+    assert written == []
+
+
+def test_a_write_after_the_completer_stopped_is_made_on_the_calling_thread() -> None:
+    completer = Completer(threading.Event(), Reports())  # never started, as after shutdown
+    ran_on: list[str] = []
+
+    def note() -> bool:
+        ran_on.append(threading.current_thread().name)
+        return True
+
+    assert completer.write(note, time.monotonic() + WAIT) is True
+    assert ran_on == [threading.current_thread().name]

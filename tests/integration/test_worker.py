@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.db import connections
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from django_dbqueue import leases, runnable
@@ -106,6 +110,58 @@ class TestWorkerInProcess:
         threading.Timer(0.2, worker.stop).start()
         worker.run()  # Returns well before the 30 s poll: stop() wakes the claimer.
         assert worker.stopping.is_set()
+
+
+@pytest.fixture
+def connected_threads() -> Iterator[list[str]]:
+    """The name of the thread behind each database connection opened during the test."""
+    names: list[str] = []
+
+    def note(sender: Any, **_: Any) -> None:
+        names.append(threading.current_thread().name)
+
+    connection_created.connect(note, weak=False, dispatch_uid="test_worker.connected_threads")
+    yield names
+    connection_created.disconnect(dispatch_uid="test_worker.connected_threads")
+
+
+def slot_connections(names: list[str]) -> list[str]:
+    return [name for name in names if name.startswith("dbqueue-slot-")]
+
+
+@pytest.mark.django_db(transaction=True)
+class TestJobThreadConnections:
+    def test_failed_jobs_outcomes_are_written_without_a_connection_of_their_slot(
+        self, connected_threads: list[str]
+    ) -> None:
+        dead = tasks.permanent.enqueue()
+        retried = tasks.flaky.enqueue("down")
+        worker = Worker(WorkerOptions(burst=True, concurrency=2))
+        worker.run()
+        assert Job.objects.get(pk=dead.pk).state == JobState.DEAD
+        assert Job.objects.get(pk=retried.pk).errors[-1]["message"] == "ConnectionError: down"
+        assert (worker.counters.snapshot()["dead"], worker.counters.snapshot()["retried"]) == (1, 1)
+        assert slot_connections(connected_threads) == []
+
+    def test_a_job_that_used_the_database_gives_its_connection_back_on_return(
+        self, connected_threads: list[str]
+    ) -> None:
+        """With Django's default CONN_MAX_AGE = 0, as at the end of a request."""
+        tasks.with_context.enqueue_many([(("a",), {}), (("b",), {})])
+        Worker(WorkerOptions(burst=True, concurrency=1)).run()
+        assert Job.objects.succeeded().count() == 2
+        # One slot ran both jobs: each heartbeat() connected anew, the first connection closed.
+        assert slot_connections(connected_threads) == ["dbqueue-slot-0"] * 2
+
+    def test_with_persistent_connections_a_job_thread_keeps_its_connection_for_the_next(
+        self, connected_threads: list[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """CONN_MAX_AGE > 0 keeps it from job to job, as from request to request."""
+        monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 600)
+        tasks.with_context.enqueue_many([(("a",), {}), (("b",), {})])
+        Worker(WorkerOptions(burst=True, concurrency=1)).run()
+        assert Job.objects.succeeded().count() == 2
+        assert slot_connections(connected_threads) == ["dbqueue-slot-0"]
 
 
 @pytest.mark.django_db(transaction=True)

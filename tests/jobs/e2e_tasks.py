@@ -47,6 +47,30 @@ def wait_for_gate(name: str, context: JobContext | None = None) -> None:
         time.sleep(0.05)
 
 
+def started_then_wait(context: JobContext, folder: str) -> None:
+    """Touch ``folder/started-<job id>``, then block until the test creates ``folder/go``.
+
+    Uses files, not the database, so a job waiting here holds no connection.
+    """
+    (Path(folder) / f"started-{context.job_id}").touch()
+    deadline = time.monotonic() + GATE_TIMEOUT
+    while not (Path(folder) / "go").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{folder}/go did not appear within {GATE_TIMEOUT}s")
+        time.sleep(0.02)
+
+
+@task(takes_context=True, lease=3)
+def waits_without_the_database(context: JobContext, folder: str) -> None:
+    started_then_wait(context, folder)
+
+
+@task(takes_context=True, lease=3)
+def waits_holding_a_connection(context: JobContext, folder: str) -> None:
+    Execution.objects.filter(job_id=context.job_id).exists()  # opens this thread's connection
+    started_then_wait(context, folder)
+
+
 @task(takes_context=True)
 def recorded(context: JobContext, label: str = "") -> dict[str, Any]:
     """Record the attempt and succeed at once."""
