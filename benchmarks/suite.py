@@ -16,7 +16,18 @@ import django
 import psycopg
 from django.db import connections
 
-from benchmarks import admin_pages, compare, database, drain, enqueue, latency, lateness, memory
+from benchmarks import (
+    admin_pages,
+    compare,
+    compare_enqueue,
+    compare_pickup,
+    database,
+    drain,
+    enqueue,
+    latency,
+    lateness,
+    memory,
+)
 from benchmarks.results import Results
 from benchmarks.session import Session
 from benchmarks.sizes import Sizes
@@ -39,12 +50,18 @@ STEPS = (
 def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results, dict[str, Any]]:
     """Measure everything on a fresh database at ``url``; the results and what ran them.
 
-    ``with_pgqueuer`` adds the side-by-side drain with pgqueuer right after ours.
+    ``with_pgqueuer`` adds the side-by-side enqueue, drain and pickup with pgqueuer,
+    each right after ours.
     """
     started = time.monotonic()
     steps = list(STEPS)
     if with_pgqueuer:
-        steps.insert(steps.index(drain.run) + 1, compare.run)
+        for ours, side_by_side in (
+            (enqueue.run, compare_enqueue.run),
+            (drain.run, compare.run),
+            (latency.run, compare_pickup.run),
+        ):
+            steps.insert(steps.index(ours) + 1, side_by_side)
     database.create(url)
     try:
         with (
