@@ -27,7 +27,9 @@ class Cursor(Protocol):
 
 def fetch(cursor: Cursor) -> list[Row]:
     """Every row the cursor's statement returned, by column name; ``[]`` when it returns none."""
-    if not cursor.description:
+    # Read once: psycopg builds the description anew on every read.
+    description = cursor.description
+    if not description:
         return []
-    names = [column[0] for column in cursor.description]
+    names = [column[0] for column in description]
     return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
