@@ -302,7 +302,9 @@ def built_jobs(alias: str, shape: Shape, calls: list[Call], rows: list[sql.Row])
     """The ``Job`` instances of inserted rows (``id, created_at, run_at``), without reading them.
 
     Each is built with ``Model.from_db``, as a query would build it: every
-    column given, in order, from the shape's columns and the row's own.
+    column given, in order, from the shape's columns and the row's own. Rows
+    of one statement share their timestamps, so a row may leave them ``NULL``
+    after the first (lowest id); each distinct one is converted once.
     """
     columns, position = job_columns()
     at_id, at_args, at_kwargs = position["id"], position["args"], position["kwargs"]
@@ -310,22 +312,29 @@ def built_jobs(alias: str, shape: Shape, calls: list[Call], rows: list[sql.Row])
     # Ids grow in input order; RETURNING order is not promised everywhere.
     if len(rows) > 1:
         rows = sorted(rows, key=lambda row: row["id"])
-    # Rows of one statement share their timestamps: convert each distinct one once.
-    timestamps: dict[object, datetime] = {}
+    converted: dict[object, datetime] = {}
+    created_at = run_at = None
     jobs = []
     for (args, kwargs), row in zip(calls, rows, strict=True):
+        if row["created_at"] is not None:
+            created_at = timestamp(converted, row["created_at"])
+            run_at = timestamp(converted, row["run_at"])
         values = shape.template.copy()
         values[at_id] = row["id"]
         values[at_args] = list(args)
         values[at_kwargs] = dict(kwargs)
         values[at_errors] = []
-        for at, column in ((at_created, "created_at"), (at_run, "run_at")):
-            value = row[column]
-            if value not in timestamps:
-                timestamps[value] = sql.to_datetime(value)
-            values[at] = timestamps[value]
+        values[at_created] = created_at
+        values[at_run] = run_at
         jobs.append(Job.from_db(alias, columns, values))
     return jobs
+
+
+def timestamp(converted: dict[object, datetime], value: object) -> datetime:
+    """``sql.to_datetime(value)``, converted once per distinct ``value`` (kept in ``converted``)."""
+    if value not in converted:
+        converted[value] = sql.to_datetime(value)
+    return converted[value]
 
 
 def on_save(
