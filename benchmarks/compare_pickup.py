@@ -31,6 +31,9 @@ LABELS = {
 
 def run(session: Session) -> None:
     """Sample raw, ours and pgqueuer in turn for ``sizes.rounds`` rounds; add the percentiles."""
+    from benchmarks import pgq  # the bench extra: imported only when comparing
+
+    pgq.setup(session.url)
     per_round = max(2, session.sizes.latency_samples // session.sizes.rounds)
     found: dict[str, list[float]] = defaultdict(list)
     for _ in range(session.sizes.rounds):

@@ -25,10 +25,13 @@ class Cursor(Protocol):
     def fetchall(self) -> Any: ...
 
 
-def fetch(cursor: Cursor) -> list[Row]:
-    """Every row the cursor's statement returned, by column name; ``[]`` when it returns none."""
+def fetch(cursor: Cursor, description: Any = None) -> list[Row]:
+    """Every row the cursor's statement returned, by column name; ``[]`` when it returns none.
+
+    ``description`` is ``cursor.description`` when the caller read it already.
+    """
     # Read once: psycopg builds the description anew on every read.
-    description = cursor.description
+    description = description or cursor.description
     if not description:
         return []
     names = [column[0] for column in description]
