@@ -1,4 +1,5 @@
-"""``python -m benchmarks [--quick] [--compare pgqueuer] [--json PATH] [--database-url URL]``.
+"""``python -m benchmarks [--quick] [--compare pgqueuer] [--pooler] [--json PATH]
+[--database-url URL]``.
 
 Run it from the repository root.
 
@@ -30,6 +31,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         help="Also drain the same jobs with pgqueuer, interleaved with ours (the bench extra).",
     )
     parser.add_argument(
+        "--pooler",
+        action="store_true",
+        help="Also drain the same jobs through a PgBouncer in transaction mode, interleaved "
+        "with direct drains (needs Debian's pgbouncer and the database on this machine).",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=Path("benchmark-results.json"),
@@ -53,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     django.setup()
     # Imported once Django is set up: they import models.
-    from benchmarks import compare, report, suite
+    from benchmarks import compare, pooler, report, suite
     from benchmarks.sizes import DEFAULT, QUICK
 
     sizes = QUICK if args.quick else DEFAULT
@@ -61,7 +68,13 @@ def main(argv: list[str] | None = None) -> None:
     if with_pgqueuer and (why := compare.missing()):
         print(why, file=sys.stderr)
         with_pgqueuer = False
-    results, run = suite.run(args.database_url, sizes, with_pgqueuer=with_pgqueuer)
+    with_pooler = args.pooler
+    if with_pooler and (why := pooler.missing(args.database_url)):
+        print(why, file=sys.stderr)
+        with_pooler = False
+    results, run = suite.run(
+        args.database_url, sizes, with_pgqueuer=with_pgqueuer, with_pooler=with_pooler
+    )
     print(report.table(results))
     report.write_json(args.json, results, {"mode": "quick" if args.quick else "default", **run})
     print(f"\nwrote {args.json} ({run['duration_seconds']:.0f} s)", file=sys.stderr)

@@ -63,6 +63,12 @@ SELECT coalesce(extract(epoch FROM max(first_claim) - min(first_claim)), 0) FROM
 ) per_worker
 """
 
+SHARES = """
+SELECT last_worker_id, count(*) FROM dbqueue_job
+WHERE id BETWEEN %(first)s AND %(last)s AND state = 'succeeded'
+GROUP BY last_worker_id ORDER BY last_worker_id
+"""
+
 
 @dataclass(frozen=True)
 class Ids:
@@ -163,6 +169,11 @@ def span(conn: Connection, ids: Ids) -> Span:
     succeeded, seconds = one(conn, SPAN, ids.params())
     (skew,) = one(conn, START_SKEW, ids.params())
     return Span(succeeded, float(seconds or 0), float(skew))
+
+
+def shares(conn: Connection, ids: Ids) -> dict[str, int]:
+    """How many of the jobs among ``ids`` each worker ran to success, by worker id."""
+    return dict(conn.execute(SHARES, ids.params()).fetchall())
 
 
 def server_facts(conn: Connection) -> dict[str, str]:

@@ -39,6 +39,8 @@ class Drain:
     repeated: bool = False
     #: One ``runworkers --processes N`` command instead of ``processes`` separate commands.
     one_command: bool = False
+    #: Through a transaction-mode pool (``POOLER = "transaction"``; ``benchmarks.pooler``).
+    pooled: bool = False
 
     @property
     def label(self) -> str:
@@ -53,7 +55,10 @@ class Drain:
     @property
     def settings(self) -> dict[str, object]:
         """The ``DBQUEUE`` entries this drain sets for its workers."""
-        return {} if self.synchronous_commit else {"WORKER_SYNCHRONOUS_COMMIT": False}
+        settings: dict[str, object] = {"POOLER": "transaction"} if self.pooled else {}
+        if not self.synchronous_commit:
+            settings["WORKER_SYNCHRONOUS_COMMIT"] = False
+        return settings
 
 
 #: The 1x8 drains with and without persistent connections alternate, best of several
@@ -77,9 +82,14 @@ DRAINS = (
 )
 
 
-def measure(session: Session, drain: Drain, ids: Ids, deadline: float) -> Result:
-    """Run ``drain``'s workers with ``--burst`` over the seeded ``ids``; their rate."""
-    env = workers.environment(session.url, drain.conn_max_age, drain.settings)
+def measure(
+    session: Session, drain: Drain, ids: Ids, deadline: float, url: str | None = None
+) -> Result:
+    """Run ``drain``'s workers with ``--burst`` over the seeded ``ids``; their rate.
+
+    The workers reach the database at ``url`` (a pool in front of it, say), or the session's.
+    """
+    env = workers.environment(url or session.url, drain.conn_max_age, drain.settings)
     args = ["--burst", "--concurrency", str(drain.concurrency)]
     commands = drain.processes
     if drain.one_command:

@@ -27,6 +27,7 @@ from benchmarks import (
     latency,
     lateness,
     memory,
+    pooler,
 )
 from benchmarks.results import Results
 from benchmarks.session import Session
@@ -47,14 +48,19 @@ STEPS = (
 )
 
 
-def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results, dict[str, Any]]:
+def run(
+    url: str, sizes: Sizes, *, with_pgqueuer: bool = False, with_pooler: bool = False
+) -> tuple[Results, dict[str, Any]]:
     """Measure everything on a fresh database at ``url``; the results and what ran them.
 
     ``with_pgqueuer`` adds the side-by-side enqueue, drain and pickup with pgqueuer,
-    each right after ours.
+    each right after ours, and ``with_pooler`` the drains directly and through
+    PgBouncer right after our drains.
     """
     started = time.monotonic()
     steps = list(STEPS)
+    if with_pooler:
+        steps.insert(steps.index(drain.run) + 1, pooler.run)
     if with_pgqueuer:
         for ours, side_by_side in (
             (enqueue.run, compare_enqueue.run),
@@ -73,7 +79,10 @@ def run(url: str, sizes: Sizes, *, with_pgqueuer: bool = False) -> tuple[Results
             facts: dict[str, Any] = {"sizes": asdict(sizes), "environment": environment(harness)}
             for step in steps:
                 print(f"{step.__module__}.{step.__name__}", file=sys.stderr, flush=True)
+                step_started = time.monotonic()
                 step(session)
+                took = time.monotonic() - step_started
+                print(f"  ({took:.1f} s)", file=sys.stderr, flush=True)
     finally:
         connections.close_all()
         database.drop(url)

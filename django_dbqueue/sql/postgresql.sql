@@ -14,6 +14,11 @@ SELECT set_config('jit', 'off', false),
        set_config('synchronous_commit',
                   COALESCE(%(synchronous_commit)s, current_setting('synchronous_commit')), false);
 
+-- name: notify_probe
+-- The listener's probe: one NOTIFY on %(channel)s with %(payload)s (no queue's name), sent
+-- as enqueue sends its wake-ups, so hearing it shows that this worker's wake-ups arrive.
+SELECT pg_notify(%(channel)s, %(payload)s) AS notified;
+
 -- name: insert_jobs
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)

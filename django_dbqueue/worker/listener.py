@@ -5,7 +5,8 @@ whatever happens here, so a lost notification delays a job by one poll at
 most. The ``LISTEN`` connection uses ``LISTEN_DATABASE`` when set. Behind a
 transaction-mode pool (``POOLER``) without it, a ``LISTEN`` would hear
 nothing, so the worker does not listen, says once that it polls, and relies
-on polling and in-process commits.
+on polling and in-process commits. Whenever it listens, it probes its channel
+(``worker.probe``) and says once if its wake-ups do not arrive.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.db import connections
 
 from django_dbqueue import conf, signals
 from django_dbqueue.worker.connections import Survival
+from django_dbqueue.worker.probe import Probe
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ class Listener(threading.Thread):
         self.queues = set(queues) if queues is not None else None
         self.wake = wake
         self.stop = stop
+        self.probe = Probe()
 
     def serves(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
@@ -81,9 +84,15 @@ class Listener(threading.Thread):
         channel = sql.Identifier(cfg.notify_channel)
         with psycopg.connect(**params, autocommit=True) as listening:
             listening.execute(sql.SQL("LISTEN {}").format(channel))
+            self.probe.send()
             survival.succeeded()
             self.wake.set()  # Jobs committed while nobody listened: look now.
             while not self.stop.is_set():
                 for notify in listening.notifies(timeout=LISTEN_TICK):
-                    if self.serves(notify.payload):
-                        self.wake.set()
+                    self.heard(notify.payload)
+                self.probe.check()
+
+    def heard(self, payload: str) -> None:
+        """A notification on the channel: a wake-up when it names a queue this worker serves."""
+        if not self.probe.hears(payload) and self.serves(payload):
+            self.wake.set()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from tests.e2e.servers import PgBouncer
 from tests.testapp.models import Gate
 from tests.waiting import WAIT, wait_until
 
@@ -134,3 +135,31 @@ def start_worker(
     yield start
     for worker in started:
         worker.kill()
+
+
+@pytest.fixture
+def start_pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
+    """``start_pgbouncer(pool_size=4, max_prepared_statements=None)``: one in front of the
+    test database's server, stopped at teardown."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PgBouncer pools PostgreSQL only")
+    started: list[PgBouncer] = []
+
+    def start(**options: Any) -> PgBouncer:
+        port = int(connection.settings_dict["PORT"] or 5432)
+        started.append(PgBouncer.start(upstream_port=port, **options))
+        return started[-1]
+
+    yield start
+    for bouncer in started:
+        bouncer.stop()
+
+
+@pytest.fixture
+def pgbouncer(start_pgbouncer: Callable[..., PgBouncer]) -> PgBouncer:
+    return start_pgbouncer()
+
+
+def pooled_url(bouncer: PgBouncer, **options: str) -> str:
+    """The test database, reached through ``bouncer`` (``options`` go in the URL's query)."""
+    return bouncer.url(connection.settings_dict["NAME"], **options)

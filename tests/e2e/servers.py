@@ -44,13 +44,20 @@ def local_url(port: int, database: str, options: dict[str, str]) -> str:
 
 def run_as_postgres(what: str) -> str | None:
     """The user to run ``what`` as: ``postgres`` when root (skips the test if none), else us."""
+    if why := no_user_to_run(what):
+        pytest.skip(why)
+    return "postgres" if os.geteuid() == 0 else None
+
+
+def no_user_to_run(what: str) -> str | None:
+    """Why ``what`` cannot run here (root, and no ``postgres`` user to run it as), or None."""
     if os.geteuid() != 0:
         return None
     try:
         pwd.getpwnam("postgres")
     except KeyError:
-        pytest.skip(f"running as root with no 'postgres' user to run {what} as")
-    return "postgres"
+        return f"running as root with no 'postgres' user to run {what} as"
+    return None
 
 
 class PrivatePostgres:
@@ -279,24 +286,35 @@ class PgBouncer:
         pool_size: int = 4,
         max_prepared_statements: int | None = None,
     ) -> PgBouncer:
-        program = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-        if not os.access(program, os.X_OK):
-            pytest.skip("no pgbouncer binary (apt-get install pgbouncer) to pool through")
-        if max_prepared_statements is not None and pgbouncer_version() < (1, 21):
-            pytest.skip(
-                f"PgBouncer {'.'.join(map(str, pgbouncer_version()))} has no "
-                "max_prepared_statements (1.21+)"
-            )
+        if why := cls.missing(max_prepared_statements):
+            pytest.skip(why)
         bouncer = cls(run_as_postgres("pgbouncer"), upstream_port, pool_size)
         bouncer._write_config(max_prepared_statements)
-        bouncer._launch(program)
+        bouncer._launch(pgbouncer_program())
         return bouncer
+
+    @staticmethod
+    def missing(max_prepared_statements: int | None = None) -> str | None:
+        """Why ``start()`` cannot run one here, or None: what it skips a test with."""
+        if not os.access(pgbouncer_program(), os.X_OK):
+            return "no pgbouncer binary (apt-get install pgbouncer) to pool through"
+        if max_prepared_statements is not None and pgbouncer_version() < (1, 21):
+            return (
+                f"PgBouncer {'.'.join(map(str, pgbouncer_version()))} has no "
+                "max_prepared_statements: PgBouncer 1.21+ keeps prepared statements per "
+                "client, which PREPARED_STATEMENTS = True behind a transaction pool needs"
+            )
+        return no_user_to_run("pgbouncer")
 
     def url(self, database: str, **options: str) -> str:
         return local_url(self.port, database, options)
 
     def log(self) -> str:
         return (self.root / "pgbouncer.log").read_text(errors="replace")
+
+    def pid(self) -> int:
+        """The pgbouncer process's id (a child of ``runuser`` when run as ``postgres``)."""
+        return int((self.root / "pgbouncer.pid").read_text())
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -327,17 +345,23 @@ class PgBouncer:
             # Django's psycopg connections send none of these, but a test's psql might.
             "ignore_startup_parameters = extra_float_digits,options",
             f"logfile = {self.root / 'pgbouncer.log'}",
+            f"pidfile = {self.root / 'pgbouncer.pid'}",
         ]
         if max_prepared_statements is not None:
             lines.append(f"max_prepared_statements = {max_prepared_statements}")
         (self.root / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
 
     def _launch(self, program: str) -> None:
-        command = [program, str(self.root / "pgbouncer.ini")]
-        if self.run_as is not None:
-            command = ["runuser", "-u", self.run_as, "--", *command]
+        # Popen switches user itself rather than through runuser: runuser, told to stop,
+        # waits two seconds before it kills its child, while PgBouncer stops at once.
         self.process = subprocess.Popen(
-            command, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [program, str(self.root / "pgbouncer.ini")],
+            cwd="/",
+            user=self.run_as,
+            group=None if self.run_as is None else pwd.getpwnam(self.run_as).pw_gid,
+            extra_groups=None if self.run_as is None else [],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + SERVER_WAIT
         while time.monotonic() < deadline:
@@ -354,10 +378,16 @@ class PgBouncer:
         raise RuntimeError(f"pgbouncer did not listen on port {self.port} in {SERVER_WAIT}s")
 
 
+def pgbouncer_program() -> str:
+    """Where the ``pgbouncer`` binary is (Debian puts it in /usr/sbin, often off PATH)."""
+    return shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
 def pgbouncer_version() -> tuple[int, ...]:
     """The installed PgBouncer's version, as numbers: ``(1, 18, 0)``."""
-    program = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-    done = subprocess.run([program, "--version"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [pgbouncer_program(), "--version"], capture_output=True, text=True, check=True
+    )
     found = re.search(r"PgBouncer (\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
     if found is None:
         raise RuntimeError(f"cannot read a version from {done.stdout!r}")

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Count
 
 from django_dbqueue.models import Job, JobState
-from tests.e2e.conftest import ROOT, WorkerProcess, listening
+from tests.e2e.conftest import ROOT, WorkerProcess, listening, pooled_url
 from tests.e2e.servers import PgBouncer
 from tests.jobs.e2e_tasks import recorded
 from tests.testapp.models import Execution
@@ -36,34 +36,6 @@ StartWorker = Callable[..., WorkerProcess]
 POOLED = {"POOLER": "transaction"}
 
 e2e_db = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def start_pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
-    """``start_pgbouncer(pool_size=4, max_prepared_statements=None)``: one in front of the
-    test database's server, stopped at teardown."""
-    if connection.vendor != "postgresql":
-        pytest.skip("PgBouncer pools PostgreSQL only")
-    started: list[PgBouncer] = []
-
-    def start(**options: Any) -> PgBouncer:
-        port = int(connection.settings_dict["PORT"] or 5432)
-        started.append(PgBouncer.start(upstream_port=port, **options))
-        return started[-1]
-
-    yield start
-    for bouncer in started:
-        bouncer.stop()
-
-
-@pytest.fixture
-def pgbouncer(start_pgbouncer: Callable[..., PgBouncer]) -> PgBouncer:
-    return start_pgbouncer()
-
-
-def pooled_url(bouncer: PgBouncer) -> str:
-    """The test database, reached through ``bouncer``."""
-    return bouncer.url(connection.settings_dict["NAME"])
 
 
 def run_through(url: str, code: str, settings: str = "{}") -> str:
@@ -197,39 +169,37 @@ def assert_each_ran_once(jobs: list[Job], label: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("max_prepared_statements", "dbqueue", "beside_direct"),
+    ("max_prepared_statements", "dbqueue", "jobs"),
     [
-        pytest.param(None, POOLED, True, id="max_prepared_statements-unset"),
+        pytest.param(None, POOLED, 5000, id="max_prepared_statements-unset"),
         pytest.param(
-            100, {**POOLED, "PREPARED_STATEMENTS": True}, False, id="max_prepared_statements-set"
+            100, {**POOLED, "PREPARED_STATEMENTS": True}, 5000, id="max_prepared_statements-set"
         ),
         pytest.param(
             None,
             {**POOLED, "PREPARED_STATEMENTS": True},
-            False,
+            1000,
             id="unset-but-prepared-asked-for",
         ),
     ],
 )
 @e2e_db
-def test_two_workers_through_pgbouncer_drain_5000_jobs_each_once(
+def test_two_workers_through_pgbouncer_drain_their_jobs_each_once(
     start_pgbouncer: Callable[..., PgBouncer],
     start_worker: StartWorker,
     max_prepared_statements: int | None,
     dbqueue: dict[str, Any],
-    beside_direct: bool,
+    jobs: int,
 ) -> None:
-    """No prepared-statement error reaches a job, whatever PgBouncer keeps of them.
+    """Each job runs once and no prepared-statement error reaches one, whatever PgBouncer keeps.
 
-    The first case also drains 5,000 jobs directly, to compare the rates.
+    Where statements are prepared but PgBouncer keeps none, 1,000 jobs across
+    eight threads sharing ten server connections give them many chances to
+    land where their statements are not. The rate through the pool against
+    direct is a benchmark's (``python -m benchmarks --pooler``), not this test's.
     """
     bouncer = start_pgbouncer(pool_size=10, max_prepared_statements=max_prepared_statements)
-    if beside_direct:
-        direct_jobs = recorded.enqueue_many([((), {"label": "direct"}) for _ in range(5000)])
-        direct = drain(start_worker, "direct")
-        assert_each_ran_once(direct_jobs, "direct")
-        logger.info(f"direct: 5000 jobs, 2 workers x 4 threads in {direct:.1f}s")
-    pooled_jobs = recorded.enqueue_many([((), {"label": "pooled"}) for _ in range(5000)])
+    pooled_jobs = recorded.enqueue_many([((), {"label": "pooled"}) for _ in range(jobs)])
     pooled = drain(
         start_worker, "pooled", settings=dbqueue, env={"DATABASE_URL": pooled_url(bouncer)}
     )
@@ -242,7 +212,7 @@ def test_two_workers_through_pgbouncer_drain_5000_jobs_each_once(
         .annotate(n=Count("id"))
         .order_by("worker_id")
     )
-    logger.info(f"through PgBouncer: 5000 jobs in {pooled:.1f}s, shares {shares}")
+    logger.info(f"through PgBouncer: {jobs} jobs in {pooled:.1f}s, shares {shares}")
 
 
 ENQUEUE_ONE = """

@@ -4,7 +4,8 @@ It creates and drops its own database on the test server (named after the
 test database, ``<name>_bench_smoke``, so worktrees on one server never share
 it) and starts worker processes; it checks that numbers come out, never how
 fast they are. ``--compare pgqueuer`` runs only where the ``bench`` extra is
-installed, and says so and skips the comparison where it is not.
+installed, and says so and skips the comparison where it is not; ``--pooler``
+likewise where PgBouncer cannot run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from urllib.parse import quote
 
 import pytest
 from django.db import connection
+
+from tests.e2e.servers import PgBouncer
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 180
@@ -86,6 +89,17 @@ COMPARED = {
     )
 }
 
+#: What ``--pooler`` adds: the drains directly and through PgBouncer, and their CPU per job.
+POOLER_DRAINS = {"pooler_drain_direct", "pooler_drain_pgbouncer"}
+POOLER_CPU = {
+    *(
+        f"pooler_cpu_{how}_{side}"
+        for how in ("direct", "pgbouncer")
+        for side in ("worker", "postgres")
+    ),
+    "pooler_cpu_pgbouncer_pgbouncer",
+}
+
 pytestmark = [pytest.mark.postgresql, pytest.mark.e2e]
 
 
@@ -115,14 +129,21 @@ def quick_run(output: Path, *options: str, purpose: str) -> subprocess.Completed
 
 @pytest.mark.timeout(RUN_TIMEOUT + 20)
 def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path) -> None:
+    """With ``--pooler``: its drains too where PgBouncer runs, else the reason it is skipped."""
     output = tmp_path / "results.json"
-    run = quick_run(output, purpose="smoke")
+    run = quick_run(output, "--pooler", purpose="smoke")
 
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout.startswith("benchmark")
     results = json.loads(output.read_text())["results"]
-    assert set(results) == BENCHMARKS
-    figures = {key: result["value"] for key, result in results.items()}
+    why = PgBouncer.missing()
+    if why is None:
+        assert set(results) == BENCHMARKS | POOLER_DRAINS | POOLER_CPU
+    else:
+        assert f"--pooler: {why}" in run.stderr
+        assert set(results) == BENCHMARKS
+    # CPU per job is a difference of clock ticks: on a quick run it may round to zero.
+    figures = {key: result["value"] for key, result in results.items() if key not in POOLER_CPU}
     assert all(figure > 0 for figure in figures.values()), figures
 
 

@@ -10,8 +10,9 @@ from django_dbqueue.exceptions import UnsupportedDatabase
 from django_dbqueue.sql import parse, statements
 
 VENDORS = ("postgresql", "sqlite")
-#: The blocks only some vendors define: a worker connection's set-up, a single-row insert.
-OPTIONAL = {"worker_session", "insert_job"}
+#: The blocks only some vendors define: a worker connection's set-up, a single-row insert,
+#: the wake-up probe (PostgreSQL's LISTEN/NOTIFY).
+OPTIONAL = {"worker_session", "insert_job", "notify_probe"}
 
 
 def test_parse_splits_named_blocks_and_drops_comment_lines() -> None:
