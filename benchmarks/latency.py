@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from psycopg import sql
 
@@ -65,14 +66,45 @@ def latency_ms(harness: Connection, job_id: int, query: str = LATENCY) -> float:
     return float(row[0])
 
 
-def samples(session: Session, count: int) -> list[float]:
-    """Pickup latencies of ``count`` jobs enqueued one at a time, after the warm-up."""
+def samples(
+    session: Session, count: int, enqueue: Callable[[], float] | None = None
+) -> list[float]:
+    """Pickup latencies of ``count`` jobs enqueued one at a time, after the warm-up.
+
+    ``enqueue`` enqueues one job and returns its latency once it ran
+    (default: ``noop.enqueue()`` through the package, read back from the table).
+    """
+    one = enqueue or (lambda: latency_ms(session.harness, noop.enqueue().pk))
     pause = random.Random(7)
     latencies = []
     for _ in range(WARM_UP + count):
-        latencies.append(latency_ms(session.harness, noop.enqueue().pk))
+        latencies.append(one())
         time.sleep(pause.uniform(0.01, 0.03))
     return latencies[WARM_UP:]
+
+
+def raw_samples(session: Session, count: int) -> list[float]:
+    """Pickup latencies of the raw LISTEN-and-claim loop (``RawWorker``) on an emptied table."""
+    database.reset(session.harness)
+    raw_worker = RawWorker(session.url)
+    raw_worker.start()
+    try:
+        if not raw_worker.listening.wait(SAMPLE_TIMEOUT):
+            raise TimeoutError(f"the raw worker was not listening within {SAMPLE_TIMEOUT}s")
+        return samples(session, count)
+    finally:
+        raw_worker.stopping.set()
+        raw_worker.join()
+
+
+def worker_samples(session: Session, count: int) -> list[float]:
+    """Pickup latencies of an idle ``runworkers`` (default options) on an emptied table."""
+    database.reset(session.harness)
+    env = workers.environment(session.url, "0")
+    with workers.started(1, [], env, session.logs / "pickup") as running:
+        latencies = samples(session, count)
+        workers.stop_all(running)
+    return latencies
 
 
 def add_percentiles(
@@ -94,21 +126,7 @@ def add_percentiles(
 def run(session: Session) -> None:
     """Raw LISTEN-and-claim pickup first, then an idle ``runworkers`` (default options)."""
     count = session.sizes.latency_samples
-    database.reset(session.harness)
-    raw_worker = RawWorker(session.url)
-    raw_worker.start()
-    try:
-        if not raw_worker.listening.wait(SAMPLE_TIMEOUT):
-            raise TimeoutError(f"the raw worker was not listening within {SAMPLE_TIMEOUT}s")
-        raw_latencies = samples(session, count)
-    finally:
-        raw_worker.stopping.set()
-        raw_worker.join()
+    raw_latencies = raw_samples(session, count)
     add_percentiles(session, "raw_pickup", "raw: LISTEN + claim SQL, pickup", raw_latencies, None)
-
-    database.reset(session.harness)
-    env = workers.environment(session.url, "0")
-    with workers.started(1, [], env, session.logs / "pickup") as running:
-        latencies = samples(session, count)
-        workers.stop_all(running)
+    latencies = worker_samples(session, count)
     add_percentiles(session, "pickup", "idle runworkers, pickup", latencies, "raw_pickup")

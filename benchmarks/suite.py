@@ -19,6 +19,8 @@ from django.db import connections
 from benchmarks import (
     admin_pages,
     compare,
+    compare_enqueue,
+    compare_pickup,
     database,
     drain,
     enqueue,
@@ -51,15 +53,21 @@ def run(
 ) -> tuple[Results, dict[str, Any]]:
     """Measure everything on a fresh database at ``url``; the results and what ran them.
 
-    ``with_pgqueuer`` adds the side-by-side drain with pgqueuer right after ours, and
-    ``with_pooler`` the drains directly and through PgBouncer after that.
+    ``with_pgqueuer`` adds the side-by-side enqueue, drain and pickup with pgqueuer,
+    each right after ours, and ``with_pooler`` the drains directly and through
+    PgBouncer right after our drains.
     """
     started = time.monotonic()
     steps = list(STEPS)
     if with_pooler:
         steps.insert(steps.index(drain.run) + 1, pooler.run)
     if with_pgqueuer:
-        steps.insert(steps.index(drain.run) + 1, compare.run)
+        for ours, side_by_side in (
+            (enqueue.run, compare_enqueue.run),
+            (drain.run, compare.run),
+            (latency.run, compare_pickup.run),
+        ):
+            steps.insert(steps.index(ours) + 1, side_by_side)
     database.create(url)
     try:
         with (

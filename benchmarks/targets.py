@@ -21,6 +21,8 @@ class Target:
     #: Compare with the median of the reference's rounds, not its best: for a
     #: figure measured once, against one that kept the best of several rounds.
     typical: bool = False
+    #: At most this much above the reference, in the figure's unit (not a ratio).
+    above_by_at_most: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,31 @@ TARGETS = (
     Target("compare_drain_ours", "≥ 45% of raw batch 50", ("compare_drain_raw",), at_least=0.45),
     Target("compare_cpu_ours_worker", "≤ 40 µs", at_most=40.0),
     Target("compare_cpu_ours_postgres", "≤ 30 µs", at_most=30.0),
+    Target(
+        "compare_enqueue_autocommit_ours",
+        "≥ 1.2x pgqueuer",
+        ("compare_enqueue_autocommit_pgqueuer",),
+        at_least=1.2,
+    ),
+    Target(
+        "compare_enqueue_autocommit_ours",
+        "≥ 75% of raw",
+        ("compare_enqueue_autocommit_raw",),
+        at_least=0.75,
+    ),
+    Target(
+        "compare_enqueue_bulk_ours",
+        "≥ 1.0x pgqueuer",
+        ("compare_enqueue_bulk_pgqueuer",),
+        at_least=1.0,
+    ),
+    Target(
+        "compare_pickup_ours_p50",
+        "≤ raw + 0.3 ms",
+        ("compare_pickup_raw_p50",),
+        above_by_at_most=0.3,
+    ),
+    Target("compare_pickup_ours_p95", "≤ 2x raw", ("compare_pickup_raw_p95",), at_most=2.0),
 )
 
 
@@ -97,9 +124,12 @@ def judge(results: Mapping[str, Result]) -> list[Verdict]:
         reference = max(
             (figure(results[key], target.typical) for key in target.against), default=1.0
         )
-        ratio = results[target.result].value / reference
-        met = (target.at_least is None or ratio >= target.at_least) and (
-            target.at_most is None or ratio <= target.at_most
+        value = results[target.result].value
+        ratio = value / reference
+        met = (
+            (target.at_least is None or ratio >= target.at_least)
+            and (target.at_most is None or ratio <= target.at_most)
+            and (target.above_by_at_most is None or value - reference <= target.above_by_at_most)
         )
         verdicts.append(Verdict(target, ratio, met))
     return verdicts

@@ -25,8 +25,9 @@ from django.core.checks import CheckMessage
 from django.db import transaction
 
 from django_dbqueue import conf
+from django_dbqueue.arguments import encode_call
 from django_dbqueue.checks import task_backend_checks
-from django_dbqueue.enqueue import EnqueueOptions, JobSpec, encode_call, insert, schedule
+from django_dbqueue.enqueue import EnqueueOptions, JobSpec, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,15 +16,14 @@ from django.db import connections, models
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, durations, jsontext, sql, wakeups
-from django_dbqueue.exceptions import ArgumentNotJSON, DbQueueError, InvalidJob
+from django_dbqueue import conf, durations, sql, wakeups
+from django_dbqueue.arguments import Call, encode_calls
+from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.validation import INT_MIN, check_binds, check_importable, check_int, check_queue
+from django_dbqueue.validation import INT_MIN, check_importable, check_int, check_queue
 
 if TYPE_CHECKING:
     from django_dbqueue.tasks import Task
-
-Call = tuple[Sequence[Any], dict[str, Any]]
 
 #: How often an enqueue with a dedupe key re-tries when the active job it
 #: collided with finished before it could be read back.
@@ -76,46 +77,106 @@ class JobSpec:
     backend: str | None = None
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A spec laid out once: the statement's parameters and the returned jobs' columns."""
+
+    spec: JobSpec
+    #: The statement's parameters but for ``rows`` and ``notify``.
+    params: dict[str, Any]
+    #: A job's column values in ``job_columns()`` order, its own ones left ``None``.
+    template: list[Any]
+
+    @classmethod
+    def of(cls, spec: JobSpec, cfg: conf.QueueSettings) -> Shape:
+        shared = {**FRESH_COLUMNS, **vars(spec)}
+        columns, _ = job_columns()
+        return cls(
+            spec=spec,
+            params={**vars(spec), "channel": cfg.notify_channel},
+            template=[shared.get(column) for column in columns],
+        )
+
+
+class Shapes:
+    """The ``Shape`` of each task and its queue and priority options, for one ``cfg``.
+
+    Entries are built by ``task_spec``, which validates, so a refused shape is
+    never kept; every entry is dropped when the settings change
+    (``conf.get()`` returns another object then) or past ``LIMIT`` entries.
+    """
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._cfg: conf.QueueSettings | None = None
+        self._shapes: dict[tuple[object, ...], Shape] = {}
+        self._lock = threading.Lock()
+
+    def get(self, task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> Shape:
+        key = (task, options.queue, options.priority)
+        found = self._shapes.get(key) if self._cfg is cfg else None
+        if found is not None:
+            return found
+        shape = Shape.of(task_spec(task, options, cfg), cfg)
+        with self._lock:
+            if self._cfg is not cfg or len(self._shapes) >= self.LIMIT:
+                self._cfg, self._shapes = cfg, {}
+            self._shapes[key] = shape
+        return shape
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cfg, self._shapes = None, {}
+
+
+shapes = Shapes()
+
+
 def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) -> list[Job]:
     """Validate, then insert one job per call in one statement; jobs in input order.
 
     Runs in the caller's transaction on the queue's database, if any. Raises
     ``InvalidJob`` before writing anything when an argument or option is bad.
+    What the task and its queue and priority fix is validated once per
+    settings (``shapes``); per-call options and the arguments on every call.
     """
     if not calls:
         return []
-    check_importable(task.name, object, lambda found: found is task)
     cfg = conf.get()
-    spec = job_spec(task, options, cfg)
-    return insert(spec, calls, encode_calls(task, calls), cfg)
+    shape = shapes.get(task, options, cfg)
+    if has_per_call_options(options):
+        shape = Shape.of(per_call_spec(shape.spec, options), cfg)
+    return insert(shape.spec, calls, encode_calls(task, calls, cfg.max_args_bytes), cfg, shape)
 
 
 def insert(
-    spec: JobSpec, calls: list[Call], rows: str, cfg: conf.QueueSettings | None = None
+    spec: JobSpec,
+    calls: list[Call],
+    rows: str,
+    cfg: conf.QueueSettings | None = None,
+    shape: Shape | None = None,
 ) -> list[Job]:
     """Insert one job per call (``rows``: the calls as JSON) in the caller's transaction.
 
     A ``dedupe_key`` an active job of the same task holds returns that job,
     unchanged, with ``deduplicated=True``. Workers are woken at commit, once
-    per queue and transaction (``wakeups``).
+    per queue and transaction (``wakeups``). ``shape`` is ``spec``'s, when
+    the caller has it.
     """
     cfg = cfg or conf.get()
+    shape = shape or Shape.of(spec, cfg)
     connection = connections[cfg.database]
-    params = {
-        **vars(spec),
-        "rows": rows,
-        "channel": cfg.notify_channel,
-        "notify": wakeups.needs_notify(connection, spec.queue),
-    }
+    pending = wakeups.pending(connection)
+    params = {**shape.params, "rows": rows, "notify": wakeups.notifies(pending, spec.queue)}
     statement = (
         "insert_job" if len(calls) == 1 and sql.defines(connection, "insert_job") else "insert_jobs"
     )
     for _ in range(DEDUPE_TRIES):
-        # Ids grow in input order; RETURNING order is not promised everywhere.
-        inserted = sorted(sql.run(connection, statement, params), key=lambda row: row["id"])
+        inserted = sql.run(connection, statement, params)
         if inserted:
-            jobs = built_jobs(connection.alias, spec, calls, inserted)
-            wakeups.announce(connection, spec.queue, [job.pk for job in jobs])
+            jobs = built_jobs(connection.alias, shape, calls, inserted)
+            wakeups.announce(connection, spec.queue, [job.pk for job in jobs], pending)
             return jobs
         existing = (
             Job.objects.using(connection.alias)
@@ -132,21 +193,46 @@ def insert(
     )
 
 
-def job_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
-    """The validated column values every job of this call shares."""
+def task_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
+    """The validated columns the task, the call's queue and priority and ``cfg`` fix.
+
+    Raises ``InvalidJob`` when no worker could import the task by its name,
+    or the queue or priority is invalid.
+    """
+    check_importable(task.name, object, lambda found: found is task)
     queue = options.queue if options.queue is not None else task.options.queue or cfg.default_queue
     priority = options.priority if options.priority is not None else task.options.priority
-    subject_type_id, subject_id = subject_columns(options.subject)
-    run_at, delay = schedule(options)
     return JobSpec(
         task=task.name,
         queue=check_queue(queue, cfg.queues),
         priority=check_int("priority", priority, INT_MIN),
-        run_at=run_at,
-        delay=delay,
         max_attempts=task.options.max_attempts or cfg.max_attempts,
         # The column holds whole seconds; a lease is never shorter than asked for.
         lease_seconds=math.ceil(task.options.lease or cfg.lease_seconds),
+    )
+
+
+def has_per_call_options(options: EnqueueOptions) -> bool:
+    """Whether ``options`` set anything beyond the queue and priority (``per_call_spec``)."""
+    return not (
+        options.delay is None
+        and options.run_at is None
+        and options.dedupe_key is None
+        and options.serial_key is None
+        and options.subject is None
+    )
+
+
+def per_call_spec(spec: JobSpec, options: EnqueueOptions) -> JobSpec:
+    """``spec`` with the call's schedule, keys and subject, each validated."""
+    if not has_per_call_options(options):
+        return spec
+    subject_type_id, subject_id = subject_columns(options.subject)
+    run_at, delay = schedule(options)
+    return replace(
+        spec,
+        run_at=run_at,
+        delay=delay,
         dedupe_key=optional_key("dedupe_key", options.dedupe_key),
         serial_key=optional_key("serial_key", options.serial_key),
         subject_type_id=subject_type_id,
@@ -205,103 +291,50 @@ def subject_columns(subject: models.Model | None) -> tuple[int | None, str | Non
     return content_type.pk, str(subject.pk)
 
 
-def encode_calls(task: Task[..., Any], calls: list[Call]) -> str:
-    """The calls as one JSON array of ``{"args", "kwargs"}``; refuses what cannot bind or encode."""
-    encoded = []
-    limit = conf.get().max_args_bytes
-    for position, (args, kwargs) in enumerate(calls):
-        where = f"{task.name} (call {position})" if len(calls) > 1 else task.name
-        leading = 1 if task.options.takes_context else 0
-        check_binds(where, task.signature, args, kwargs, leading=leading)
-        text = encode_call(where, list(args), kwargs)
-        # ASCII (json escapes the rest), so characters are bytes.
-        if limit and len(text) > limit:
-            raise InvalidJob(
-                f"{where}: the arguments take {len(text)} bytes as JSON, more than "
-                f"DBQUEUE['MAX_ARGS_BYTES'] ({limit}). Store large data in a row or a file "
-                "and pass its id."
-            )
-        encoded.append(text)
-    return "[" + ",".join(encoded) + "]"
+@functools.cache
+def job_columns() -> tuple[list[str], dict[str, int]]:
+    """The job table's columns as ``Model.from_db`` takes them, and each one's position."""
+    columns = [field.attname for field in Job._meta.concrete_fields]
+    return columns, {column: index for index, column in enumerate(columns)}
 
 
-def encode_call(where: str, args: list[Any], kwargs: dict[str, Any]) -> str:
-    """One call as JSON text; ``InvalidJob`` naming the argument JSON cannot hold.
-
-    An argument of a type JSON has no place for (a ``datetime``, a dict key that
-    is not a string) raises ``ArgumentNotJSON``, also a ``TypeError``, as
-    ``django.tasks`` documents; NaN, infinity, NUL characters and values nested
-    too deep a plain ``InvalidJob``.
-    """
-    named = [(f"argument {i}", value) for i, value in enumerate(args)]
-    named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
-    for label, value in named:
-        try:
-            jsontext.check_argument(value)
-        except (TypeError, ValueError) as exc:
-            raise refused(f"{where}: {label} {exc}.", exc) from exc
-    try:
-        return jsontext.dumps({"args": args, "kwargs": kwargs})
-    except (TypeError, ValueError) as exc:
-        culprit = next((label for label, value in named if not is_json(value)), "an argument")
-        raise refused(
-            f"{where}: {culprit} is not JSON-serializable ({exc}). Pass JSON values "
-            "(str, int, float, bool, None, list, dict), such as an id instead of an object.",
-            exc,
-        ) from exc
-
-
-def refused(message: str, exc: Exception) -> InvalidJob:
-    """The error for an argument JSON refused with ``exc``: ``ArgumentNotJSON`` for a type."""
-    return (ArgumentNotJSON if isinstance(exc, TypeError) else InvalidJob)(message)
-
-
-def is_json(value: object) -> bool:
-    try:
-        jsontext.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def built_jobs(alias: str, spec: JobSpec, calls: list[Call], rows: list[sql.Row]) -> list[Job]:
+def built_jobs(alias: str, shape: Shape, calls: list[Call], rows: list[sql.Row]) -> list[Job]:
     """The ``Job`` instances of inserted rows (``id, created_at, run_at``), without reading them.
 
     Each is built with ``Model.from_db``, as a query would build it: every
-    column given, in order. The columns the calls share are laid out once.
+    column given, in order, from the shape's columns and the row's own. Rows
+    of one statement share their timestamps, so a row may leave them ``NULL``
+    after the first (lowest id); each distinct one is converted once.
     """
-    columns = [field.attname for field in Job._meta.concrete_fields]
-    shared = {
-        **FRESH_COLUMNS,
-        "queue": spec.queue,
-        "task": spec.task,
-        "priority": spec.priority,
-        "max_attempts": spec.max_attempts,
-        "lease_seconds": spec.lease_seconds,
-        "dedupe_key": spec.dedupe_key,
-        "serial_key": spec.serial_key,
-        "subject_type_id": spec.subject_type_id,
-        "subject_id": spec.subject_id,
-        "backend": spec.backend,
-    }
-    template = [shared.get(column) for column in columns]
-    position = {column: index for index, column in enumerate(columns)}
-    # Rows of one statement share their timestamps: convert each distinct one once.
-    timestamps: dict[object, datetime] = {}
+    columns, position = job_columns()
+    at_id, at_args, at_kwargs = position["id"], position["args"], position["kwargs"]
+    at_errors, at_created, at_run = position["errors"], position["created_at"], position["run_at"]
+    # Ids grow in input order; RETURNING order is not promised everywhere.
+    if len(rows) > 1:
+        rows = sorted(rows, key=lambda row: row["id"])
+    converted: dict[object, datetime] = {}
+    created_at = run_at = None
     jobs = []
     for (args, kwargs), row in zip(calls, rows, strict=True):
-        values = list(template)
-        values[position["id"]] = row["id"]
-        values[position["args"]] = list(args)
-        values[position["kwargs"]] = dict(kwargs)
-        values[position["errors"]] = []
-        for column in ("created_at", "run_at"):
-            value = row[column]
-            if value not in timestamps:
-                timestamps[value] = sql.to_datetime(value)
-            values[position[column]] = timestamps[value]
+        if row["created_at"] is not None:
+            created_at = timestamp(converted, row["created_at"])
+            run_at = timestamp(converted, row["run_at"])
+        values = shape.template.copy()
+        values[at_id] = row["id"]
+        values[at_args] = list(args)
+        values[at_kwargs] = dict(kwargs)
+        values[at_errors] = []
+        values[at_created] = created_at
+        values[at_run] = run_at
         jobs.append(Job.from_db(alias, columns, values))
     return jobs
+
+
+def timestamp(converted: dict[object, datetime], value: object) -> datetime:
+    """``sql.to_datetime(value)``, converted once per distinct ``value`` (kept in ``converted``)."""
+    if value not in converted:
+        converted[value] = sql.to_datetime(value)
+    return converted[value]
 
 
 def on_save(

@@ -27,7 +27,7 @@ from django.utils import timezone as django_timezone
 from django.utils.module_loading import autodiscover_modules
 
 from django_dbqueue import conf
-from django_dbqueue.enqueue import encode_call
+from django_dbqueue.arguments import encode_call
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import Job, PeriodicSlot
 from django_dbqueue.tasks import Task

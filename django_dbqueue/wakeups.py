@@ -38,21 +38,33 @@ class PendingWakeUps:
 
 def needs_notify(connection: BaseDatabaseWrapper, queue: str) -> bool:
     """Whether an enqueue on ``queue`` must send the NOTIFY: none is pending for it yet."""
-    pending = _pending(connection)
-    return pending is None or queue not in pending.job_ids
+    return notifies(pending(connection), queue)
 
 
-def announce(connection: BaseDatabaseWrapper, queue: str, job_ids: list[int]) -> None:
-    """Send ``jobs_committed`` for ``job_ids`` at commit (at once outside a transaction)."""
-    pending = _pending(connection)
-    if pending is None:
-        pending = PendingWakeUps()
-        pending.job_ids[queue] = list(job_ids)
-        transaction.on_commit(pending, using=connection.alias)
+def notifies(found: PendingWakeUps | None, queue: str) -> bool:
+    """``needs_notify`` given the wake-ups ``pending`` found (once for a whole enqueue)."""
+    return found is None or queue not in found.job_ids
+
+
+def announce(
+    connection: BaseDatabaseWrapper,
+    queue: str,
+    job_ids: list[int],
+    found: PendingWakeUps | None,
+) -> None:
+    """Send ``jobs_committed`` for ``job_ids`` at commit (at once outside a transaction).
+
+    ``found`` is what ``pending(connection)`` returned before the jobs were
+    inserted, at the same savepoint level.
+    """
+    if found is None:
+        found = PendingWakeUps()
+        found.job_ids[queue] = list(job_ids)
+        transaction.on_commit(found, using=connection.alias)
         if connection.in_atomic_block:
-            _remember(connection, len(connection.run_on_commit) - 1, pending)
+            _remember(connection, len(connection.run_on_commit) - 1, found)
     else:
-        pending.job_ids.setdefault(queue, []).extend(job_ids)
+        found.job_ids.setdefault(queue, []).extend(job_ids)
 
 
 #: Where each connection's latest wake-ups sit in its on_commit list, so finding
@@ -66,7 +78,8 @@ def _remember(connection: BaseDatabaseWrapper, index: int, pending: PendingWakeU
         _positions[connections[connection.alias]] = (index, pending)
 
 
-def _pending(connection: BaseDatabaseWrapper) -> PendingWakeUps | None:
+def pending(connection: BaseDatabaseWrapper) -> PendingWakeUps | None:
+    """The wake-ups of the connection's current savepoint level; None when there are none yet."""
     if not connection.in_atomic_block:
         return None
     # Django keeps each on_commit callback with the savepoints open when it was registered,

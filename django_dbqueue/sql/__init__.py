@@ -106,8 +106,9 @@ def run(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -
                 # The SQL reads these by position (JSON arrays), as JSON_TABLE paths do.
                 adapted["previous"] = adapt(connection, [list(row.values()) for row in rows])
             cursor.execute(statement, adapted)
-            if cursor.description:
-                rows = fetch(cursor)
+            description = cursor.description
+            if description:
+                rows = fetch(cursor, description)
     return rows
 
 

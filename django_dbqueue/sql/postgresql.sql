@@ -26,7 +26,9 @@ SELECT pg_notify(%(channel)s, %(payload)s) AS notified;
 -- usable: ON CONFLICT names no target, which plans faster, and the active dedupe index
 -- is the only unique one a new row can hit (ids come from the sequence). With
 -- %(notify)s, listeners on %(channel)s hear of the queue when the transaction commits
--- (the caller notifies once per queue and transaction).
+-- (the caller notifies once per queue and transaction). Every row of the statement has
+-- the same created_at and run_at, so only the first row (lowest id) returns them; the
+-- others return NULL there, which the driver reads for free.
 WITH inserted AS (
     INSERT INTO dbqueue_job (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
@@ -44,10 +46,14 @@ WITH inserted AS (
     ORDER BY item.position
     ON CONFLICT DO NOTHING
     RETURNING id, created_at, run_at
-)
-SELECT inserted.id, inserted.created_at, inserted.run_at,
-       (SELECT pg_notify(%(channel)s, %(queue)s) WHERE %(notify)s) AS notified
-FROM inserted;
+),
+first AS (SELECT min(id) AS id FROM inserted)
+SELECT inserted.id,
+       CASE WHEN inserted.id = first.id THEN inserted.created_at END AS created_at,
+       CASE WHEN inserted.id = first.id THEN inserted.run_at END AS run_at,
+       CASE WHEN inserted.id = first.id AND %(notify)s
+            THEN pg_notify(%(channel)s, %(queue)s) END AS notified
+FROM inserted CROSS JOIN first;
 
 -- name: insert_job
 -- insert_jobs for a single call (%(rows)s holds one element): the same row, the same

@@ -25,9 +25,14 @@ class Cursor(Protocol):
     def fetchall(self) -> Any: ...
 
 
-def fetch(cursor: Cursor) -> list[Row]:
-    """Every row the cursor's statement returned, by column name; ``[]`` when it returns none."""
-    if not cursor.description:
+def fetch(cursor: Cursor, description: Any = None) -> list[Row]:
+    """Every row the cursor's statement returned, by column name; ``[]`` when it returns none.
+
+    ``description`` is ``cursor.description`` when the caller read it already.
+    """
+    # Read once: psycopg builds the description anew on every read.
+    description = description or cursor.description
+    if not description:
         return []
-    names = [column[0] for column in cursor.description]
+    names = [column[0] for column in description]
     return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]

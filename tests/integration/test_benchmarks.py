@@ -71,11 +71,22 @@ BENCHMARKS = {
     "admin_health_20k",
 }
 
-#: What ``--compare pgqueuer`` adds: each drain's rate and its CPU split per job.
+WHO = ("ours", "pgqueuer", "raw")
+#: What ``--compare pgqueuer`` adds: each drain's rate and its CPU split per job, each
+#: enqueue shape's rate, and the idle pickup percentiles, for ours, pgqueuer and raw.
 COMPARED = {
     f"compare_{figure}_{who}{side}"
-    for who in ("ours", "pgqueuer", "raw")
-    for figure, side in (("drain", ""), ("cpu", "_worker"), ("cpu", "_postgres"))
+    for who in WHO
+    for figure, side in (
+        ("drain", ""),
+        ("cpu", "_worker"),
+        ("cpu", "_postgres"),
+        ("enqueue_autocommit", ""),
+        ("enqueue_bulk", ""),
+        ("pickup", "_p50"),
+        ("pickup", "_p95"),
+        ("pickup", "_max"),
+    )
 }
 
 #: What ``--pooler`` adds: the drains directly and through PgBouncer, and their CPU per job.
@@ -137,7 +148,7 @@ def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 40)
-def test_quick_compare_drains_the_same_jobs_with_pgqueuer_and_splits_their_cpu(
+def test_quick_compare_enqueues_drains_and_picks_up_side_by_side_with_pgqueuer(
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
@@ -148,10 +159,14 @@ def test_quick_compare_drains_the_same_jobs_with_pgqueuer_and_splits_their_cpu(
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads(output.read_text())["results"]
     assert set(results) == BENCHMARKS | COMPARED
-    drains = {who: results[f"compare_drain_{who}"] for who in ("ours", "pgqueuer", "raw")}
+    drains = {who: results[f"compare_drain_{who}"] for who in WHO}
     assert all(drain["value"] > 0 for drain in drains.values()), drains
     assert all(drain["n"] == 2_000 for drain in drains.values()), drains
+    figures = {key: results[key]["value"] for key in COMPARED}
+    assert all(figure > 0 for figure in figures.values()), figures
+    assert results["compare_enqueue_bulk_pgqueuer"]["n"] == 1_000
     assert "compare: pgqueuer" in run.stdout
+    assert "compare: enqueue one per autocommit transaction, pgqueuer" in run.stdout
 
 
 def test_compare_says_how_to_install_pgqueuer_when_it_is_missing(

@@ -14,6 +14,7 @@ import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.db.models.signals import post_save
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from psycopg import sql as pg_sql
@@ -449,6 +450,24 @@ class TestEnqueueMany:
             row = Job.objects.get(pk=job.pk)
             assert (row.queue, row.priority) == ("bulk", 8)
             assert row.run_at > timezone.now() + timedelta(seconds=50)
+            assert_matches_row(job)
+
+    def test_every_job_of_enqueue_many_holds_its_row_timestamps(self) -> None:
+        # The statement returns the shared created_at and run_at once, on the first row.
+        jobs = echo.enqueue_many([((n,), {}) for n in range(50)])
+        for job in jobs:
+            assert_matches_row(job)
+        assert len({(job.created_at, job.run_at) for job in jobs}) == 1
+
+    def test_enqueue_many_bounds_each_call_not_their_sum_by_max_args_bytes(
+        self, settings: Any
+    ) -> None:
+        settings.DBQUEUE = {"MAX_ARGS_BYTES": 100}
+        jobs = echo.enqueue_many([(("x" * 60,), {}) for _ in range(5)])
+        assert [job.args for job in jobs] == [["x" * 60]] * 5
+        with pytest.raises(InvalidJob, match=r"call 2\): the arguments take 1\d\d bytes"):
+            echo.enqueue_many([(("x" * 60,), {}), (("y",), {}), (("x" * 80,), {})])
+        assert Job.objects.count() == 5
 
     def test_enqueue_many_of_nothing_returns_empty_and_writes_nothing(self) -> None:
         with CaptureQueriesContext(connection) as context:
@@ -465,6 +484,73 @@ class TestEnqueueMany:
         with pytest.raises(InvalidJob, match=r"call 1.*argument 0"):
             echo.enqueue_many([((1,), {}), ((object(),), {}), ((3,), {})])
         assert not Job.objects.exists()
+
+
+# --- Shapes: what a task and its options fix, validated once --------------------------------
+
+
+@pytest.mark.django_db
+class TestShapes:
+    def test_two_tasks_never_share_a_shape(self) -> None:
+        assert (noop.enqueue().queue, noop.enqueue().priority) == ("default", 0)
+        assert (send_invoice.enqueue(1).queue, send_invoice.enqueue(1).priority) == ("mail", 3)
+        assert (noop.enqueue().task, send_invoice.enqueue(2).task) == (noop.name, send_invoice.name)
+
+    def test_each_queue_and_priority_option_has_its_own_shape(self) -> None:
+        jobs = [
+            send_invoice.enqueue(1),
+            send_invoice.using(queue="bulk").enqueue(1),
+            send_invoice.using(priority=-4).enqueue(1),
+            send_invoice.using(queue="bulk", priority=-4).enqueue(1),
+            send_invoice.enqueue(1),
+        ]
+        assert [(job.queue, job.priority) for job in jobs] == [
+            ("mail", 3),
+            ("bulk", 3),
+            ("mail", -4),
+            ("bulk", -4),
+            ("mail", 3),
+        ]
+        for job in jobs:
+            assert_matches_row(job)
+
+    def test_per_call_options_apply_to_their_call_only(self) -> None:
+        later = send_invoice.using(delay=60, dedupe_key="k", serial_key="s").enqueue(1)
+        plain = send_invoice.enqueue(2)
+        assert (later.dedupe_key, later.serial_key) == ("k", "s")
+        assert later.run_at > timezone.now() + timedelta(seconds=50)
+        assert (plain.dedupe_key, plain.serial_key) == (None, None)
+        assert plain.run_at < timezone.now() + timedelta(seconds=5)
+        assert_matches_row(later)
+        assert_matches_row(plain)
+
+    def test_changed_settings_apply_to_the_next_enqueue(self, settings: Any) -> None:
+        assert (noop.enqueue().queue, noop.enqueue().max_attempts) == ("default", 5)
+        settings.DBQUEUE = {"DEFAULT_QUEUE": "other", "MAX_ATTEMPTS": 2, "LEASE_SECONDS": 9}
+        job = noop.enqueue()
+        assert (job.queue, job.max_attempts, job.lease_seconds) == ("other", 2, 9)
+        with override_settings(DBQUEUE={"QUEUES": ["default"]}):
+            assert noop.enqueue().queue == "default"
+            with pytest.raises(InvalidJob, match="not in DBQUEUE"):
+                send_invoice.enqueue(1)
+        assert send_invoice.enqueue(1).queue == "mail"
+
+    def test_a_refused_shape_is_refused_again_and_writes_nothing(self, settings: Any) -> None:
+        settings.DBQUEUE = {"QUEUES": ["default"]}
+        for _ in range(2):
+            with pytest.raises(InvalidJob, match="not in DBQUEUE"):
+                send_invoice.enqueue(1)
+        assert not Job.objects.exists()
+        settings.DBQUEUE = {"QUEUES": ["default", "mail"]}
+        assert send_invoice.enqueue(1).queue == "mail"
+
+    def test_arguments_are_checked_on_every_call_of_a_known_shape(self) -> None:
+        assert send_invoice.enqueue(1).args == [1]
+        with pytest.raises(InvalidJob, match="missing argument 'order_id'"):
+            send_invoice.enqueue()  # type: ignore[call-arg]  # the call under test is wrong
+        with pytest.raises(InvalidJob, match="not JSON-serializable"):
+            send_invoice.enqueue(object())  # type: ignore[arg-type]  # the call under test is wrong
+        assert Job.objects.count() == 1
 
 
 # --- Dedupe ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ PROTOCOL = {
     "sql.rows",
     "validation",
 }
-FACE = {"", "context", "enqueue", "tasks", "wakeups"}
+FACE = {"", "arguments", "context", "enqueue", "tasks", "wakeups"}
 #: The ``django.tasks`` backend, beside the face; its system checks live in ``checks``.
 TASKS_BACKEND = {"backend", "checks"}
 OPERATIONS = {"admin", "dashboard", "listing", "metrics", "stats", "triage"}

@@ -1,0 +1,123 @@
+"""A job's arguments as the JSON text its row stores: checked, then encoded.
+
+Arguments must bind to the task's function, be JSON that reads back as the
+same value (``jsontext``) and, as JSON, fit ``MAX_ARGS_BYTES``. A refusal is
+``InvalidJob`` naming the call and the argument, raised before anything is
+written; ``ArgumentNotJSON`` (also a ``TypeError``) for a type JSON has no
+place for, as ``django.tasks`` documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_dbqueue import conf, jsontext
+from django_dbqueue.exceptions import ArgumentNotJSON, InvalidJob
+from django_dbqueue.validation import check_binds
+
+if TYPE_CHECKING:
+    from django_dbqueue.tasks import Task
+
+Call = tuple[Sequence[Any], dict[str, Any]]
+
+
+def encode_calls(task: Task[..., Any], calls: list[Call], limit: int | None = None) -> str:
+    """The calls as one JSON array of ``{"args", "kwargs"}``; refuses what cannot bind or encode.
+
+    ``limit`` is ``MAX_ARGS_BYTES`` (default: the setting's), checked for each
+    call. Every call is checked first, then all are encoded at once; a call
+    JSON refuses, or one longer than ``limit``, is then found and named.
+    """
+    if limit is None:
+        limit = conf.get().max_args_bytes
+    leading = 1 if task.options.takes_context else 0
+    signature = task.signature
+    for position, (args, kwargs) in enumerate(calls):
+        where = call_name(task, calls, position)
+        check_binds(where, signature, args, kwargs, leading=leading)
+        check_arguments(where, args, kwargs)
+    try:
+        text = jsontext.dumps([{"args": list(args), "kwargs": kwargs} for args, kwargs in calls])
+    except (TypeError, ValueError):
+        text = ""  # encode_call names the call and argument JSON refuses, below
+    # ASCII (json escapes the rest), so characters are bytes; each call is shorter than all.
+    if not text or (limit and len(text) > limit):
+        texts = []
+        for position, (args, kwargs) in enumerate(calls):
+            where = call_name(task, calls, position)
+            texts.append(encode_call(where, args, kwargs))
+            check_size(where, texts[-1], limit)
+        text = "[" + ",".join(texts) + "]"
+    return text
+
+
+def call_name(task: Task[..., Any], calls: list[Call], position: int) -> str:
+    """How errors name a call: the task, and the call's position among several."""
+    return f"{task.name} (call {position})" if len(calls) > 1 else task.name
+
+
+def check_size(where: str, text: str, limit: int) -> None:
+    """Raise ``InvalidJob`` when a call's JSON ``text`` is longer than ``limit`` (0: no limit)."""
+    if limit and len(text) > limit:
+        raise InvalidJob(
+            f"{where}: the arguments take {len(text)} bytes as JSON, more than "
+            f"DBQUEUE['MAX_ARGS_BYTES'] ({limit}). Store large data in a row or a file "
+            "and pass its id."
+        )
+
+
+def check_arguments(where: str, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Refuse an argument JSON would change or that nests too deep (``jsontext.check_argument``).
+
+    A dict key that is not a string raises ``ArgumentNotJSON`` (a ``TypeError``),
+    too deep a nesting a plain ``InvalidJob``; both name the argument.
+    """
+    for value in (*args, *kwargs.values()):
+        try:
+            jsontext.check_argument(value)
+        except (TypeError, ValueError) as exc:
+            label = next(label for label, found in labelled(args, kwargs) if found is value)
+            raise refused(f"{where}: {label} {exc}.", exc) from exc
+
+
+def encode_call(where: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    """One call as JSON text; ``InvalidJob`` naming the argument JSON cannot hold.
+
+    An argument of a type JSON has no place for (a ``datetime``, a dict key that
+    is not a string) raises ``ArgumentNotJSON``, also a ``TypeError``, as
+    ``django.tasks`` documents; NaN, infinity, NUL characters and values nested
+    too deep a plain ``InvalidJob``.
+    """
+    check_arguments(where, args, kwargs)
+    try:
+        return jsontext.dumps({"args": list(args), "kwargs": kwargs})
+    except (TypeError, ValueError) as exc:
+        culprit = next(
+            (label for label, value in labelled(args, kwargs) if not is_json(value)),
+            "an argument",
+        )
+        raise refused(
+            f"{where}: {culprit} is not JSON-serializable ({exc}). Pass JSON values "
+            "(str, int, float, bool, None, list, dict), such as an id instead of an object.",
+            exc,
+        ) from exc
+
+
+def labelled(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Each argument with the label an error names it by: ``argument 0``, ``argument 'x'``."""
+    named = [(f"argument {i}", value) for i, value in enumerate(args)]
+    return named + [(f"argument {name!r}", value) for name, value in kwargs.items()]
+
+
+def refused(message: str, exc: Exception) -> InvalidJob:
+    """The error for an argument JSON refused with ``exc``: ``ArgumentNotJSON`` for a type."""
+    return (ArgumentNotJSON if isinstance(exc, TypeError) else InvalidJob)(message)
+
+
+def is_json(value: object) -> bool:
+    try:
+        jsontext.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
