@@ -6,7 +6,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 
@@ -61,10 +61,12 @@ class JobPool:
         with self._lock:
             return list(self._running.values())
 
-    def submit(self, context: JobContext, task: Resolved) -> None:
+    def submit(self, jobs: Sequence[tuple[JobContext, Resolved]]) -> None:
+        """Queue a claim's jobs, each with its resolved task; the next free slot takes each."""
         with self._lock:
-            self._busy += 1
-        self._inbox.put((context, task))
+            self._busy += len(jobs)
+        for job in jobs:
+            self._inbox.put(job)
 
     def stop(self, wait: float) -> None:
         """Let idle threads exit (closing their connections); wait up to ``wait`` seconds in all."""

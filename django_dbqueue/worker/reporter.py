@@ -69,26 +69,36 @@ def report(lease: Lease, outcome: Outcome, code: str, duration: float) -> None:
         signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
 
 
-class OutcomeReporter(threading.Thread):
-    """Reports queued outcomes (``report``) until ``close()`` and the queue is empty.
+#: An attempt to report: its lease, how it ended, how long it took (seconds).
+Finished = tuple[Lease, Outcome, float]
 
-    ``reported`` is called after each one (the worker's wake-up: a backlog
-    here holds claims back). The thread's connections are ordinary ones, as
-    in a job thread.
+
+class OutcomeReporter(threading.Thread):
+    """Reports queued outcomes (``report``), in order, until ``close()`` and the queue is empty.
+
+    Outcomes come in batches (a completer write's); ``reported`` is called
+    after each batch (the worker's wake-up: a backlog here holds claims
+    back). The thread's connections are ordinary ones, as in a job thread.
     """
 
     def __init__(self, reported: Callable[[], None]) -> None:
         super().__init__(name="dbqueue-reporter", daemon=True)
         self.reported = reported
-        self._inbox: queue.SimpleQueue[tuple[Lease, Outcome, float] | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[list[Finished] | None] = queue.SimpleQueue()
+        self._backlog = 0
+        self._lock = threading.Lock()
 
     @property
     def backlog(self) -> int:
         """Outcomes queued and not reported yet."""
-        return self._inbox.qsize()
+        with self._lock:
+            return self._backlog
 
-    def put(self, lease: Lease, outcome: Outcome, duration: float) -> None:
-        self._inbox.put((lease, outcome, duration))
+    def put(self, batch: list[Finished]) -> None:
+        """Queue a batch of outcomes, reported in this order after those queued before."""
+        with self._lock:
+            self._backlog += len(batch)
+        self._inbox.put(batch)
 
     def close(self, timeout: float) -> None:
         """Report what is queued, then stop; wait up to ``timeout`` seconds."""
@@ -97,13 +107,17 @@ class OutcomeReporter(threading.Thread):
 
     def run(self) -> None:
         try:
-            while (item := self._inbox.get()) is not None:
-                lease, outcome, duration = item
-                try:
-                    report(lease, outcome, "", duration)
-                # Receivers are the project's code: whatever they raise, the next one is reported.
-                except BaseException:
-                    log.exception("job id=%s outcome=%s not reported", lease.job_id, outcome.value)
+            while (batch := self._inbox.get()) is not None:
+                for lease, outcome, duration in batch:
+                    try:
+                        report(lease, outcome, "", duration)
+                    # Receivers are the project's code: whatever they raise, the next is reported.
+                    except BaseException:
+                        log.exception(
+                            "job id=%s outcome=%s not reported", lease.job_id, outcome.value
+                        )
+                with self._lock:
+                    self._backlog -= len(batch)
                 self.reported()
         finally:
             connections.close_all()

@@ -13,6 +13,7 @@ declared in its apps' ``tasks`` modules (imported at start) until it drains.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import signal
@@ -95,7 +96,7 @@ class Worker:
         self._threads_stop = threading.Event()
         self.pool = JobPool(options.concurrency, self._run_job)
         self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
-        self.completer = Completer(self._threads_stop, self._success_written)
+        self.completer = Completer(self._threads_stop, self._successes_written)
         self.reporter = OutcomeReporter(self.wake.set)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
@@ -167,8 +168,8 @@ class Worker:
                 continue
             self.counters.claim_duration.observe(time.monotonic() - started)
             survival.succeeded()
-            for lease in claimed:
-                self._start_job(lease)
+            if claimed:
+                self._start_jobs(claimed)
             if not claimed and self.options.burst and not self.live:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
@@ -242,12 +243,15 @@ class Worker:
         limit = self.options.max_jobs
         return limit is not None and self.counters.claimed >= limit and not self.live
 
-    def _start_job(self, lease: leases.Lease) -> None:
-        self.counters.add("claimed")
-        context = JobContext(lease)
-        task = resolve(lease)
-        self.live.add(context, None if isinstance(task, Exception) else task.timeout)
-        self.pool.submit(context, task)
+    def _start_jobs(self, claimed: list[leases.Lease]) -> None:
+        """Hand a claim's jobs to the slots, each task resolved once; live (renewed) first."""
+        self.counters.add("claimed", len(claimed))
+        jobs = [(JobContext(lease), resolve(lease)) for lease in claimed]
+        self.live.add(
+            (context, None if isinstance(task, Exception) else task.timeout)
+            for context, task in jobs
+        )
+        self.pool.submit(jobs)
 
     def _run_job(self, context: JobContext, task: Resolved) -> None:
         """Run one job in a pool thread; a success is left to the completer to write."""
@@ -260,15 +264,23 @@ class Worker:
                 self._count(outcome, started)
         finally:
             if not handed_over:
-                self.live.remove(context.job_id)
+                self.live.remove([context.job_id])
             self.wake.set()
 
-    def _success_written(self, context: JobContext, outcome: Outcome, started: float) -> None:
-        """The completer wrote (or gave up on) a success: count it, free it, report it."""
-        self._count(outcome, started)
-        self.live.remove(context.job_id)
+    def _successes_written(self, written: list[tuple[JobContext, Outcome, float]]) -> None:
+        """The completer wrote (or gave up on) a batch of successes: count, free, report them."""
+        now = time.monotonic()
+        durations = [now - started for _, _, started in written]
+        self.counters.run_duration.observe_all(durations)
+        self.counters.add_all(collections.Counter(COUNTER_OF[outcome] for _, outcome, _ in written))
+        self.live.remove(context.job_id for context, _, _ in written)
         self.wake.set()
-        self.reporter.put(context.lease, outcome, time.monotonic() - started)
+        self.reporter.put(
+            [
+                (context.lease, outcome, duration)
+                for (context, outcome, _), duration in zip(written, durations, strict=True)
+            ]
+        )
 
     def _count(self, outcome: Outcome, started: float) -> None:
         self.counters.run_duration.observe(time.monotonic() - started)

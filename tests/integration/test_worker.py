@@ -26,7 +26,7 @@ def live_job(timeout: float | None = None) -> tuple[LiveJobs, JobContext]:
     (lease,) = leases.claim(None, "w1", 1)
     live = LiveJobs()
     context = JobContext(lease)
-    live.add(context, timeout)
+    live.add([(context, timeout)])
     return live, context
 
 
