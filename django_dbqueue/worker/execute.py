@@ -78,13 +78,14 @@ def execute(
     it writes and reports it. Never raises for task failures, nor for a
     failing signal receiver.
     """
-    signals.job_started.send_robust(
-        sender=Job,
-        lease=lease,
-        job_id=lease.job_id,
-        attempt=lease.attempt,
-        leased_at=lease.leased_at,
-    )
+    if signals.job_started.receivers:  # what send_robust checks first; skips leased_at too
+        signals.job_started.send_robust(
+            sender=Job,
+            lease=lease,
+            job_id=lease.job_id,
+            attempt=lease.attempt,
+            leased_at=lease.leased_at,
+        )
     resolved = resolve(lease) if task is None else task
     return _attempt(lease, context or JobContext(lease), hand_over, resolved, time.monotonic())
 
