@@ -21,7 +21,8 @@ class JobPool:
     """``size`` slots (threads) taking jobs from a queue and calling ``run`` on each.
 
     Each job comes with its task as the claimer resolved it, so it is
-    resolved once.
+    resolved once. Once a slot is done with a job (free for the next),
+    ``freed`` hears how many slots are free now.
 
     A slot never dies of a job: whatever escapes ``run``, ``BaseException``
     included, is logged and the slot takes the next job. ``running()`` tells
@@ -30,9 +31,15 @@ class JobPool:
     running when the process exits does not hold it.
     """
 
-    def __init__(self, size: int, run: Callable[[JobContext, Resolved], None]) -> None:
+    def __init__(
+        self,
+        size: int,
+        run: Callable[[JobContext, Resolved], None],
+        freed: Callable[[int], None],
+    ) -> None:
         self.size = size
         self._run = run
+        self._freed = freed
         self._inbox: queue.SimpleQueue[tuple[JobContext, Resolved] | None] = queue.SimpleQueue()
         self._busy = 0
         self._running: dict[int, JobContext] = {}
@@ -93,6 +100,8 @@ class JobPool:
                     with self._lock:
                         self._running.pop(slot, None)
                         self._busy -= 1
+                        free = self.size - self._busy
                     close_broken_connections()
+                    self._freed(free)
         finally:
             connections.close_all()

@@ -94,7 +94,7 @@ class Worker:
         self.stop_now = threading.Event()  # release whatever still runs
         self.wake = threading.Event()
         self._threads_stop = threading.Event()
-        self.pool = JobPool(options.concurrency, self._run_job)
+        self.pool = JobPool(options.concurrency, self._run_job, self._slot_freed)
         self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
         self.completer = Completer(self._threads_stop, self._successes_written)
         self.reporter = OutcomeReporter(self.wake.set)
@@ -226,18 +226,35 @@ class Worker:
         still writes its success; only a completer and reporter together more
         than ``concurrency`` successes behind hold slots back, so at most twice
         ``concurrency`` jobs are the worker's at once. With jobs running, the
-        claimer waits until a quarter of the slots are free (a finished job
-        wakes it), so a busy worker makes one claim per several jobs instead
-        of one per job.
+        claimer waits until a quarter of the slots are free (the slot that
+        frees the quarter wakes it: ``_slot_freed``), so a busy worker makes
+        one claim per several jobs instead of one per job.
         """
         concurrency = self.options.concurrency
         behind = self.completer.backlog + self.reporter.backlog
         free = self.pool.free - max(0, behind - concurrency)
-        if self.pool.busy and free < max(1, concurrency // 4):
+        if self.pool.busy and free < self._worth_a_claim:
             free = 0
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.counters.claimed)
         return max(free, 0)
+
+    @property
+    def _worth_a_claim(self) -> int:
+        """Free slots worth a claim while jobs run: a quarter of them (at least one)."""
+        return max(1, self.options.concurrency // 4)
+
+    def _slot_freed(self, free: int) -> None:
+        """Wake the claimer when a slot frees that makes a claim worth it, or the last one.
+
+        Only at those two counts: the claimer clears ``wake`` before it counts
+        free slots, so a count it missed is one it sees itself. The last
+        freed slot also wakes shutdown and a ``--burst`` or ``--max-jobs``
+        end waiting for the running jobs; the completer and the reporter wake
+        it once per batch they finish.
+        """
+        if free in (self._worth_a_claim, self.pool.size):
+            self.wake.set()
 
     def _done_with_max_jobs(self) -> bool:
         limit = self.options.max_jobs
@@ -265,7 +282,6 @@ class Worker:
         finally:
             if not handed_over:
                 self.live.remove([context.job_id])
-            self.wake.set()
 
     def _successes_written(self, written: list[tuple[JobContext, Outcome, float]]) -> None:
         """The completer wrote (or gave up on) a batch of successes: count, free, report them."""
@@ -300,12 +316,12 @@ class Worker:
     def _shut_down(self) -> None:
         self.stopping.set()
         deadline = time.monotonic() + self.options.shutdown_timeout
-        while self.live and not self.stop_now.is_set():
+        while not self.stop_now.is_set():
+            self.wake.clear()  # before looking: the last job's wake-up may come at any moment
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not self.live or remaining <= 0:
                 break
-            self.wake.clear()
-            self.wake.wait(remaining)  # a finished job or a second SIGINT sets it
+            self.wake.wait(remaining)  # the last finished job or a second SIGINT sets it
         self._release_unfinished()
         self._threads_stop.set()
         self.listener.close()
