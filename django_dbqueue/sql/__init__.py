@@ -132,6 +132,8 @@ def _json_default(connection: BaseDatabaseWrapper, value: object) -> str:
 
 def to_datetime(value: object) -> datetime:
     """A timestamp read from a raw row, aware when ``USE_TZ`` (as the ORM returns it)."""
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        return value  # PostgreSQL's, every time: aware already (claims read two a job)
     parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is None:
         raise ValueError(f"{value!r} is not a timestamp")
