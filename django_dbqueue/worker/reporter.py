@@ -14,7 +14,7 @@ import enum
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 
@@ -46,6 +46,12 @@ class Outcome(str, enum.Enum):
 RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD, Outcome.CANCELLED)
 
 
+#: An attempt to report: its lease, how it ended, how long it took (seconds).
+Finished = tuple[Lease, Outcome, float]
+
+LINE = "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s"
+
+
 def report(lease: Lease, outcome: Outcome, code: str, duration: float) -> None:
     """Log the attempt's line and, for a written outcome, send ``signals.job_finished``.
 
@@ -53,24 +59,37 @@ def report(lease: Lease, outcome: Outcome, code: str, duration: float) -> None:
     successes come quickly (``outcome_log``), so INFO stays readable. Never
     raises for a failing receiver (``send_robust``).
     """
-    outcome_log.write(
-        "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s",
-        lease.job_id,
-        lease.task,
-        lease.attempt,
-        lease.max_attempts,
-        duration,
-        outcome.value,
-        code or "-",
-        quiet=outcome is Outcome.SUCCEEDED,
+    log_lines([(lease, outcome, duration)], code)
+    signal_finished(lease, outcome)
+
+
+def log_lines(finished: Sequence[Finished], code: str = "") -> None:
+    """Each attempt's line, in order, with one ``code``; the success lines' level decided once."""
+    outcome_log.write_all(
+        [
+            (
+                LINE,
+                (
+                    lease.job_id,
+                    lease.task,
+                    lease.attempt,
+                    lease.max_attempts,
+                    duration,
+                    outcome.value,
+                    code or "-",
+                ),
+                outcome is Outcome.SUCCEEDED,
+            )
+            for lease, outcome, duration in finished
+        ]
     )
+
+
+def signal_finished(lease: Lease, outcome: Outcome) -> None:
+    """Send ``signals.job_finished`` for an outcome written to the job (``RECORDED``)."""
     if outcome in RECORDED:
         # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
         signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
-
-
-#: An attempt to report: its lease, how it ended, how long it took (seconds).
-Finished = tuple[Lease, Outcome, float]
 
 
 class OutcomeReporter(threading.Thread):
@@ -108,9 +127,10 @@ class OutcomeReporter(threading.Thread):
     def run(self) -> None:
         try:
             while (batch := self._inbox.get()) is not None:
-                for lease, outcome, duration in batch:
+                log_lines(batch)
+                for lease, outcome, _ in batch:
                     try:
-                        report(lease, outcome, "", duration)
+                        signal_finished(lease, outcome)
                     # Receivers are the project's code: whatever they raise, the next is reported.
                     except BaseException:
                         log.exception(
