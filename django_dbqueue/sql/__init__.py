@@ -142,9 +142,16 @@ def to_datetime(value: object) -> datetime:
     return parsed
 
 
+#: JSON texts so common in job rows (no args, no kwargs) that decoding them is worth skipping.
+_EMPTY_JSON = {"[]": list, "{}": dict}
+
+
 def to_json(value: object) -> Any:
-    """A JSON column read from a raw row, decoded."""
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+    """A JSON column read from a raw row, decoded (a new object each time)."""
+    if not isinstance(value, (str, bytes)):
+        return value
+    empty = _EMPTY_JSON.get(value) if isinstance(value, str) else None
+    return empty() if empty is not None else json.loads(value)
 
 
 def run_alone(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -> list[Row]:
