@@ -10,6 +10,9 @@ from django_dbqueue.exceptions import JobCancelled, LeaseLost
 
 log = logging.getLogger(__name__)
 
+#: Guards the first look at a context's events, so two threads never make two of one.
+_events_made = threading.Lock()
+
 
 class JobContext:
     """The running attempt's identity and its lease.
@@ -20,12 +23,36 @@ class JobContext:
     check it (or call ``heartbeat()``) and stop. ``cancel_requested`` is set
     within one renew interval of an operator's ``request_cancel``; a task that
     honours it calls ``raise_if_cancelled()`` and ends ``cancelled``.
+
+    Both events are made the first time anyone looks at them: most jobs end
+    before anything (the heartbeat, a task, shutdown) does, and a worker makes
+    one context per job.
     """
+
+    __slots__ = ("_events", "lease")
 
     def __init__(self, lease: leases.Lease) -> None:
         self.lease = lease
-        self.lease_lost = threading.Event()
-        self.cancel_requested = threading.Event()
+        self._events: tuple[threading.Event, threading.Event] | None = None
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        """Set once the worker learns the lease is gone (renewal refused, timeout passed)."""
+        return self._made_events()[0]
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set once an operator asked this job to stop (``request_cancel``)."""
+        return self._made_events()[1]
+
+    def _made_events(self) -> tuple[threading.Event, threading.Event]:
+        events = self._events
+        if events is None:
+            with _events_made:
+                if self._events is None:
+                    self._events = (threading.Event(), threading.Event())
+                events = self._events
+        return events
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} attempt={self.attempt}/{self.max_attempts}>"

@@ -78,11 +78,11 @@ def backoff_for(task: str, backend: str | None) -> Backoff:
         return conf.get().backoff
 
 
-def call(function: Callable[..., Any], bound: inspect.BoundArguments) -> Any:
-    """Call ``function`` with ``bound``; a coroutine function runs to completion here."""
+def call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call ``function`` with ``args`` and ``kwargs``; a coroutine function runs to the end here."""
     if inspect.iscoroutinefunction(function):
-        return async_to_sync(function)(*bound.args, **bound.kwargs)
-    return function(*bound.args, **bound.kwargs)
+        return async_to_sync(function)(*args, **kwargs)
+    return function(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ class NativeRunnable:
 
     def prepare(self, lease: Lease, context: JobContext) -> Callable[[], Any]:
         """The job's call, ready to run; raises ``TypeError`` when the arguments do not fit."""
-        bound = self.task.bind(lease.args, lease.kwargs, context)
-        return functools.partial(call, self.task.func, bound)
+        args, kwargs = self.task.arguments(lease.args, lease.kwargs, context)
+        return functools.partial(call, self.task.func, args, kwargs)
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class FrameworkRunnable:
 
     def _run(self, result: framework.TaskResult[Any, Any], bound: inspect.BoundArguments) -> Any:
         framework.task_started.send(type(self.backend), task_result=result)
-        return call(self.task.func, bound)
+        return call(self.task.func, bound.args, bound.kwargs)
 
 
 def runnable_for(task: str, alias: str) -> FrameworkRunnable:

@@ -1,4 +1,9 @@
-"""Signals for in-process listeners."""
+"""Signals for in-process listeners.
+
+``job_started`` and ``job_finished`` are sent for every attempt, so they keep
+their receivers per sender (``use_caching``, as Django's model signals do):
+a send looks them up once, not on every attempt.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ jobs_committed = Signal()
 #: (APM spans, pickup metrics) that need no code in each task; ``job_finished`` follows
 #: when the outcome is written. A receiver that raises is logged and does not disturb
 #: the worker. ``testing.run_jobs`` and eager mode send it too.
-job_started = Signal()
+job_started = Signal(use_caching=True)
 
 #: Sent by the worker once the outcome of an attempt is written to the job (a
 #: success from the worker's reporter thread, other outcomes from the job's),
@@ -29,4 +34,4 @@ job_started = Signal()
 #: lost) or never happened (database unreachable), nor for a job the reaper
 #: retries or makes dead. A receiver that raises is logged and does not
 #: disturb the worker.
-job_finished = Signal()
+job_finished = Signal(use_caching=True)

@@ -98,6 +98,30 @@ class Task(Generic[P, R]):
         leading = (context,) if self.options.takes_context else ()
         return self.signature.bind(*leading, *args, **kwargs)
 
+    def arguments(
+        self, args: Sequence[Any], kwargs: dict[str, Any], context: object = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The positional and keyword arguments of the job's call: ``bind``'s.
+
+        Found without binding for the usual shape, plain parameters all given
+        positionally (which always bind). Raises ``TypeError`` when they do
+        not fit the function's signature.
+        """
+        leading = (context,) if self.options.takes_context else ()
+        if not kwargs and len(leading) + len(args) == self._plain_arity:
+            return (*leading, *args), {}
+        bound = self.bind(args, kwargs, context)
+        return bound.args, bound.kwargs
+
+    @functools.cached_property
+    def _plain_arity(self) -> int | None:
+        """How many parameters the function has when each is positional, without a default."""
+        plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = self.signature.parameters.values()
+        if all(p.kind in plain and p.default is inspect.Parameter.empty for p in parameters):
+            return len(parameters)
+        return None
+
     def using(
         self,
         *,

@@ -134,6 +134,8 @@ def _json_default(connection: BaseDatabaseWrapper, value: object) -> str:
 
 def to_datetime(value: object) -> datetime:
     """A timestamp read from a raw row, aware when ``USE_TZ`` (as the ORM returns it)."""
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        return value  # PostgreSQL's, every time: aware already (claims read two a job)
     parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is None:
         raise ValueError(f"{value!r} is not a timestamp")
@@ -142,9 +144,16 @@ def to_datetime(value: object) -> datetime:
     return parsed
 
 
+#: JSON texts so common in job rows (no args, no kwargs) that decoding them is worth skipping.
+_EMPTY_JSON = {"[]": list, "{}": dict}
+
+
 def to_json(value: object) -> Any:
-    """A JSON column read from a raw row, decoded."""
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+    """A JSON column read from a raw row, decoded (a new object each time)."""
+    if not isinstance(value, (str, bytes)):
+        return value
+    empty = _EMPTY_JSON.get(value) if isinstance(value, str) else None
+    return empty() if empty is not None else json.loads(value)
 
 
 def run_alone(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -> list[Row]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -84,9 +84,24 @@ def run(connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, An
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         raw = _preparing_cursor()(connection.connection)
+    if connection.timezone is not None:
+        # Django reads timestamptz with a loader of its own, in Python, only to pin the zone
+        # the session already has under USE_TZ; psycopg's own (C) loader reads the same aware
+        # datetimes about ten times faster, which a claim of many jobs notices.
+        raw.adapters.register_loader("timestamptz", _timestamptz_loader())
     with connection.make_cursor(raw) as cursor:
         cursor.execute(statement, params)
         return fetch(cursor)
+
+
+@functools.cache
+def _timestamptz_loader() -> type[Any]:
+    """psycopg's default text loader of ``timestamptz`` (its C one when psycopg has it)."""
+    import psycopg
+
+    oid = psycopg.adapters.types["timestamptz"].oid
+    # psycopg registers one for every built-in type: never None.
+    return cast("type[Any]", psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT))
 
 
 @functools.cache

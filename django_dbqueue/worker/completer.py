@@ -3,10 +3,10 @@
 A job thread hands its success over (``hand_over``) and is free for the next
 job at once. The completer writes everything that queued up while it wrote
 the previous batch (up to ``MAX_BATCH``) with one ``complete`` statement, in
-which every row keeps its own fencing check, then reports each job's outcome
-to ``written``: ``SUCCEEDED``, ``LEASE_LOST`` when the database refused the
-row, or ``UNRECORDED`` when the database stayed unreachable for the lease's
-length (the reaper recovers those). A failure the database may get over (a lost
+which every row keeps its own fencing check, then reports the batch's outcomes
+to ``written`` in one call: ``SUCCEEDED``, ``LEASE_LOST`` when the database
+refused the row, or ``UNRECORDED`` when the database stayed unreachable for the
+lease's length (the reaper recovers those). A failure the database may get over (a lost
 connection, a read-only or restarting server, a vanished prepared statement:
 ``faults``) is retried; a row the database refuses is written alone, so it
 cannot hold back the rest of its batch. Under load this turns a commit per job
@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as NotYet
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
@@ -54,12 +55,12 @@ MAX_BATCH = 200
 #: How often a job thread waiting for its write (``Completer.write``) checks on the completer.
 WRITE_TICK = 0.5
 
-#: Told each handed-over job's outcome once written: ``(context, outcome, started)``.
-Written = Callable[[JobContext, Outcome, float], None]
+#: Told the outcomes of handed-over jobs once written, a batch at a time, each
+#: ``(context, outcome, started)``.
+Written = Callable[[list[tuple[JobContext, Outcome, float]]], None]
 
 
-@dataclass(frozen=True)
-class _Pending:
+class _Pending(NamedTuple):
     context: JobContext
     encoded: str | None
     #: When the attempt started (``time.monotonic``), for its duration.
@@ -144,6 +145,7 @@ class Completer(threading.Thread):
                 batch = retrying + self._written_first(gathered)
                 if not batch:
                     continue
+                outcomes: list[tuple[_Pending, Outcome]] = []
                 try:
                     completed = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
                 except Exception as exc:  # noqa: BLE001 - classified: retried, or written row by row.
@@ -153,13 +155,14 @@ class Completer(threading.Thread):
                         retrying = self._still_worth_writing(batch, survival, failures, exc)
                         continue
                     recover(fault)
-                    batch, completed = self._write_one_by_one(batch, exc)
+                    batch, completed = self._write_one_by_one(batch, exc, outcomes)
                 if failures:
                     survival.succeeded()
                 retrying, failures = [], 0
                 for pending in batch:
                     applied = pending.context.job_id in completed
-                    self._report(pending, Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST)
+                    outcomes.append((pending, Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST))
+                self._report(outcomes)
 
     def _gather(self, room: int, *, wait: bool) -> list[_Pending | _Write]:
         """What queued up, at most ``room``; with ``wait``, wait briefly for the first."""
@@ -197,24 +200,27 @@ class Completer(threading.Thread):
         """After a failed write: report the jobs to give up on, pause, return the rest."""
         pause = survival.failed(exc, cap=WRITE_RETRY.delay(failures))
         kept: list[_Pending] = []
+        given_up: list[tuple[_Pending, Outcome]] = []
         for pending in batch:
             if worth_retrying(pending.context, pending.give_up_at, pause):
                 kept.append(pending)
             else:
                 log_unrecorded(pending.context, Outcome.SUCCEEDED, exc)
-                self._report(pending, Outcome.UNRECORDED)
+                given_up.append((pending, Outcome.UNRECORDED))
+        self._report(given_up)
         if kept:
             log.debug("%s job successes not written yet, retrying in %.1fs", len(kept), pause)
             time.sleep(pause)
         return kept
 
     def _write_one_by_one(
-        self, batch: list[_Pending], exc: Exception
+        self, batch: list[_Pending], exc: Exception, outcomes: list[tuple[_Pending, Outcome]]
     ) -> tuple[list[_Pending], set[int]]:
         """After the database refused a batch: write each row alone, so one bad row fails alone.
 
-        A row refused again is reported ``UNRECORDED`` (its lease runs out and
-        the reaper recovers the job); returns the rest and the ids completed.
+        A row refused again goes to ``outcomes`` as ``UNRECORDED`` (its lease
+        runs out and the reaper recovers the job); returns the rest and the ids
+        completed.
         """
         log.warning(
             "a batch of %s job successes was refused, writing each alone: %s", len(batch), exc
@@ -227,17 +233,24 @@ class Completer(threading.Thread):
             except Exception as row_exc:  # noqa: BLE001 - this row alone fails; the reaper recovers it.
                 recover(classify(row_exc))
                 log_unrecorded(pending.context, Outcome.SUCCEEDED, row_exc)
-                self._report(pending, Outcome.UNRECORDED)
+                outcomes.append((pending, Outcome.UNRECORDED))
             else:
                 written.append(pending)
         return written, completed
 
-    def _report(self, pending: _Pending, outcome: Outcome) -> None:
+    def _report(self, outcomes: list[tuple[_Pending, Outcome]]) -> None:
+        """Tell ``written`` these outcomes in one call; whatever it raises is logged."""
+        if not outcomes:
+            return
         with self._lock:
-            self._backlog -= 1
+            self._backlog -= len(outcomes)
         try:
-            self.written(pending.context, outcome, pending.started)
+            self.written(
+                [(pending.context, outcome, pending.started) for pending, outcome in outcomes]
+            )
         except Exception:
             log.exception(
-                "job id=%s outcome=%s not reported", pending.context.job_id, outcome.value
+                "%s job outcomes not reported, job ids %s",
+                len(outcomes),
+                ",".join(str(pending.context.job_id) for pending, _ in outcomes),
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 #: The counters, in the order logs print them.
@@ -54,10 +55,15 @@ class Histogram:
 
     def observe(self, seconds: float) -> None:
         """Count one duration; a value equal to a bound falls in that bound's bucket."""
-        slot = bisect.bisect_left(self.buckets, seconds)
+        self.observe_all((seconds,))
+
+    def observe_all(self, durations: Iterable[float]) -> None:
+        """Count each duration, under one lock (a batch of jobs finished together)."""
+        slots = [(bisect.bisect_left(self.buckets, seconds), seconds) for seconds in durations]
         with self._lock:
-            self._counts[slot] += 1
-            self._sum += seconds
+            for slot, seconds in slots:
+                self._counts[slot] += 1
+                self._sum += seconds
 
     def snapshot(self) -> HistogramSnapshot:
         """Consistent counts, sum and total, taken under the lock."""
@@ -107,10 +113,16 @@ class WorkerCounters:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:
-        if name not in COUNTERS:
-            raise ValueError(f"{name!r} is not a worker counter; use one of {COUNTERS}.")
+        self.add_all({name: amount})
+
+    def add_all(self, amounts: Mapping[str, int]) -> None:
+        """Add each amount to its counter, under one lock (a batch's outcomes at once)."""
+        unknown = [name for name in amounts if name not in COUNTERS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a worker counter; use one of {COUNTERS}.")
         with self._lock:
-            setattr(self, name, getattr(self, name) + amount)
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
 
     def set_health(self, threads_alive: dict[str, bool], hung_slots: int) -> None:
         """Record the watchdog's reading (``threads_alive`` and ``hung_slots``)."""

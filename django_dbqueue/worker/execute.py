@@ -93,13 +93,14 @@ def execute(
     eager mode) outcomes are written here (``write_here``). Never raises for
     task failures, nor for a failing signal receiver.
     """
-    signals.job_started.send_robust(
-        sender=Job,
-        lease=lease,
-        job_id=lease.job_id,
-        attempt=lease.attempt,
-        leased_at=lease.leased_at,
-    )
+    if signals.job_started.receivers:  # what send_robust checks first; skips leased_at too
+        signals.job_started.send_robust(
+            sender=Job,
+            lease=lease,
+            job_id=lease.job_id,
+            attempt=lease.attempt,
+            leased_at=lease.leased_at,
+        )
     resolved = resolve(lease) if task is None else task
     job = _Recording(context or JobContext(lease), write or write_here, time.monotonic())
     return _attempt(job, hand_over, resolved)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from django_dbqueue.context import JobContext
 from django_dbqueue.leases import Lease
 
 
-@dataclass(frozen=True)
-class LiveJob:
+class LiveJob(NamedTuple):
     """A running attempt: its context and the monotonic time its ``timeout`` ends."""
 
     context: JobContext
@@ -24,7 +24,10 @@ class LiveJob:
 
 
 class LiveJobs:
-    """Thread-safe registry of running attempts, by job id."""
+    """Thread-safe registry of running attempts, by job id.
+
+    Jobs come and go in batches (a claim's, a completer write's): one lock per batch.
+    """
 
     def __init__(self) -> None:
         self._jobs: dict[int, LiveJob] = {}
@@ -38,11 +41,17 @@ class LiveJobs:
         with self._lock:
             return len(self._jobs)
 
-    def add(self, context: JobContext, timeout: float | None) -> None:
-        deadline = time.monotonic() + timeout if timeout is not None else None
+    def add(self, jobs: Iterable[tuple[JobContext, float | None]]) -> None:
+        """Register running attempts, each with its task's ``timeout`` (seconds, or ``None``)."""
+        now = time.monotonic()
+        added = {
+            context.job_id: LiveJob(context, None if timeout is None else now + timeout)
+            for context, timeout in jobs
+        }
+        shortest = min((job.lease.lease_seconds for job in added.values()), default=math.inf)
         with self._lock:
-            self._jobs[context.job_id] = LiveJob(context, deadline)
-            shorter = context.lease.lease_seconds < self._planned_lease
+            self._jobs.update(added)
+            shorter = shortest < self._planned_lease
         if shorter:
             self.added.set()
 
@@ -57,9 +66,10 @@ class LiveJobs:
         self.added.wait(timeout)
         self.added.clear()
 
-    def remove(self, job_id: int) -> None:
+    def remove(self, job_ids: Iterable[int]) -> None:
         with self._lock:
-            self._jobs.pop(job_id, None)
+            for job_id in job_ids:
+                self._jobs.pop(job_id, None)
 
     def all(self) -> list[LiveJob]:
         with self._lock:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 #: Successes per second above which their lines go to DEBUG.
 CALM_RATE = 20
@@ -21,6 +21,9 @@ CALM_RATE = 20
 SUMMARY_EVERY = 10.0
 
 log = logging.getLogger(__name__)
+
+#: One line to log: its message, the message's arguments, and whether it is quiet (a success).
+Line = tuple[str, tuple[object, ...], bool]
 
 
 class OutcomeLog:
@@ -44,25 +47,37 @@ class OutcomeLog:
 
     def write(self, message: str, *args: object, quiet: bool) -> None:
         """Log ``message % args``; a ``quiet`` line (a success) may go to DEBUG under load."""
-        level, summary = self._level(quiet)
+        self.write_all([(message, args, quiet)])
+
+    def write_all(self, lines: Sequence[Line]) -> None:
+        """Log each line in order; the level of the quiet ones is decided once for them all.
+
+        A batch of successes costs one look at the rate, and nothing per
+        line when their level is not logged.
+        """
+        quiet = sum(1 for *_, is_quiet in lines if is_quiet)
+        level, summary = self._level(quiet) if quiet else (logging.INFO, 0)
         if summary:
             log.info(
                 "%s job successes logged at DEBUG since the last summary (over %s a second)",
                 summary,
                 self.calm_rate,
             )
-        log.log(level, message, *args)
+        quiet_logged = log.isEnabledFor(level)
+        for message, args, is_quiet in lines:
+            if not is_quiet:
+                log.info(message, *args)
+            elif quiet_logged:
+                log.log(level, message, *args)
 
-    def _level(self, quiet: bool) -> tuple[int, int]:
-        """The line's level, and how many quieted lines to summarise now (0: none)."""
-        if not quiet:
-            return logging.INFO, 0
+    def _level(self, quiet: int) -> tuple[int, int]:
+        """The level of ``quiet`` lines, and how many quieted lines to summarise now (0: none)."""
         now = self._clock()
         with self._lock:
             second = int(now)
             if second != self._second:
                 self._second, self._this_second = second, 0
-            self._this_second += 1
+            self._this_second += quiet
             if self._this_second > self.calm_rate:
                 self._busy_until = second + 2  # calm again after a whole second below the rate
             if second >= self._busy_until:
@@ -70,7 +85,7 @@ class OutcomeLog:
                 return logging.INFO, summary
             if not self._quieted:
                 self._summary_due = now + self.summary_every
-            self._quieted += 1
+            self._quieted += quiet
             if now < self._summary_due:
                 return logging.DEBUG, 0
             summary, self._quieted = self._quieted, 0

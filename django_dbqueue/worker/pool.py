@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 
@@ -22,7 +22,8 @@ class JobPool:
     """``size`` slots (threads) taking jobs from a queue and calling ``run`` on each.
 
     Each job comes with its task as the claimer resolved it, so it is
-    resolved once.
+    resolved once. Once a slot is done with a job (free for the next),
+    ``freed`` hears how many slots are free now.
 
     A slot never dies of a job: whatever escapes ``run``, ``BaseException``
     included, is logged and the slot takes the next job. ``running()`` tells
@@ -35,9 +36,15 @@ class JobPool:
     running when the process exits does not hold it.
     """
 
-    def __init__(self, size: int, run: Callable[[JobContext, Resolved], None]) -> None:
+    def __init__(
+        self,
+        size: int,
+        run: Callable[[JobContext, Resolved], None],
+        freed: Callable[[int], None],
+    ) -> None:
         self.size = size
         self._run = run
+        self._freed = freed
         self._inbox: queue.SimpleQueue[tuple[JobContext, Resolved] | None] = queue.SimpleQueue()
         self._busy = 0
         self._running: dict[int, JobContext] = {}
@@ -66,10 +73,12 @@ class JobPool:
         with self._lock:
             return list(self._running.values())
 
-    def submit(self, context: JobContext, task: Resolved) -> None:
+    def submit(self, jobs: Sequence[tuple[JobContext, Resolved]]) -> None:
+        """Queue a claim's jobs, each with its resolved task; the next free slot takes each."""
         with self._lock:
-            self._busy += 1
-        self._inbox.put((context, task))
+            self._busy += len(jobs)
+        for job in jobs:
+            self._inbox.put(job)
 
     def stop(self, wait: float) -> None:
         """Let idle threads exit (closing their connections); wait up to ``wait`` seconds in all."""
@@ -96,6 +105,8 @@ class JobPool:
                     with self._lock:
                         self._running.pop(slot, None)
                         self._busy -= 1
+                        free = self.size - self._busy
                     close_old_connections()
+                    self._freed(free)
         finally:
             connections.close_all()

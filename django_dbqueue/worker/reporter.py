@@ -14,7 +14,7 @@ import enum
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 
@@ -47,6 +47,12 @@ class Outcome(str, enum.Enum):
 RECORDED = (Outcome.SUCCEEDED, Outcome.RETRIED, Outcome.DEAD, Outcome.CANCELLED)
 
 
+#: An attempt to report: its lease, how it ended, how long it took (seconds).
+Finished = tuple[Lease, Outcome, float]
+
+LINE = "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s"
+
+
 def report(lease: Lease, outcome: Outcome, code: str, duration: float) -> None:
     """Log the attempt's line and, for a written outcome, send ``signals.job_finished``.
 
@@ -54,45 +60,69 @@ def report(lease: Lease, outcome: Outcome, code: str, duration: float) -> None:
     successes come quickly (``outcome_log``), so INFO stays readable. Never
     raises for a failing receiver (``send_robust``).
     """
-    outcome_log.write(
-        "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s",
-        lease.job_id,
-        lease.task,
-        lease.attempt,
-        lease.max_attempts,
-        duration,
-        outcome.value,
-        code or "-",
-        quiet=outcome is Outcome.SUCCEEDED,
+    log_lines([(lease, outcome, duration)], code)
+    signal_finished(lease, outcome)
+
+
+def log_lines(finished: Sequence[Finished], code: str = "") -> None:
+    """Each attempt's line, in order, with one ``code``; the success lines' level decided once."""
+    outcome_log.write_all(
+        [
+            (
+                LINE,
+                (
+                    lease.job_id,
+                    lease.task,
+                    lease.attempt,
+                    lease.max_attempts,
+                    duration,
+                    outcome.value,
+                    code or "-",
+                ),
+                outcome is Outcome.SUCCEEDED,
+            )
+            for lease, outcome, duration in finished
+        ]
     )
+
+
+def signal_finished(lease: Lease, outcome: Outcome) -> None:
+    """Send ``signals.job_finished`` for an outcome written to the job (``RECORDED``)."""
     if outcome in RECORDED:
         # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
         signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
 
 
 class OutcomeReporter(threading.Thread):
-    """Reports queued outcomes (``report``) until ``close()`` and the queue is empty.
+    """Reports queued outcomes (``report``), in order, until ``close()`` and the queue is empty.
 
-    ``reported`` is called after each one (the worker's wake-up: a backlog
-    here holds claims back). The thread's connections are ordinary ones, as
-    in a job thread: opened only by receivers that query (the ``django.tasks``
-    backend's does), and closed as ``CONN_MAX_AGE`` says
-    (``close_old_connections``) whenever nothing is left to report, so a burst
-    of reports shares one connection and an idle reporter holds none.
+    Outcomes come in batches (a completer write's); ``reported`` is called
+    after each batch (the worker's wake-up: a backlog here holds claims
+    back). The thread's connections are ordinary ones, as in a job thread:
+    opened only by receivers that query (the ``django.tasks`` backend's
+    does), and closed as ``CONN_MAX_AGE`` says (``close_old_connections``)
+    whenever nothing is left to report, so a burst of reports shares one
+    connection and an idle reporter holds none.
     """
 
     def __init__(self, reported: Callable[[], None]) -> None:
         super().__init__(name="dbqueue-reporter", daemon=True)
         self.reported = reported
-        self._inbox: queue.SimpleQueue[tuple[Lease, Outcome, float] | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[list[Finished] | None] = queue.SimpleQueue()
+        self._backlog = 0
+        self._lock = threading.Lock()
 
     @property
     def backlog(self) -> int:
         """Outcomes queued and not reported yet."""
-        return self._inbox.qsize()
+        with self._lock:
+            return self._backlog
 
-    def put(self, lease: Lease, outcome: Outcome, duration: float) -> None:
-        self._inbox.put((lease, outcome, duration))
+    def put(self, batch: list[Finished]) -> None:
+        """Queue a batch of outcomes, reported in this order after those queued before."""
+        with self._lock:
+            self._backlog += len(batch)
+        self._inbox.put(batch)
 
     def close(self, timeout: float) -> None:
         """Report what is queued, then stop; wait up to ``timeout`` seconds."""
@@ -101,13 +131,18 @@ class OutcomeReporter(threading.Thread):
 
     def run(self) -> None:
         try:
-            while (item := self._inbox.get()) is not None:
-                lease, outcome, duration = item
-                try:
-                    report(lease, outcome, "", duration)
-                # Receivers are the project's code: whatever they raise, the next one is reported.
-                except BaseException:
-                    log.exception("job id=%s outcome=%s not reported", lease.job_id, outcome.value)
+            while (batch := self._inbox.get()) is not None:
+                log_lines(batch)
+                for lease, outcome, _ in batch:
+                    try:
+                        signal_finished(lease, outcome)
+                    # Receivers are the project's code: whatever they raise, the next is reported.
+                    except BaseException:
+                        log.exception(
+                            "job id=%s outcome=%s not reported", lease.job_id, outcome.value
+                        )
+                with self._lock:
+                    self._backlog -= len(batch)
                 if self._inbox.empty():
                     close_old_connections()
                 self.reported()

@@ -13,6 +13,7 @@ declared in its apps' ``tasks`` modules (imported at start) until it drains.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import signal
@@ -94,9 +95,9 @@ class Worker:
         self.stop_now = threading.Event()  # release whatever still runs
         self.wake = threading.Event()
         self._threads_stop = threading.Event()
-        self.pool = JobPool(options.concurrency, self._run_job)
+        self.pool = JobPool(options.concurrency, self._run_job, self._slot_freed)
         self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
-        self.completer = Completer(self._threads_stop, self._success_written)
+        self.completer = Completer(self._threads_stop, self._successes_written)
         self.reporter = OutcomeReporter(self.wake.set)
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
@@ -182,8 +183,8 @@ class Worker:
                 continue
             self.counters.claim_duration.observe(time.monotonic() - started)
             survival.succeeded()
-            for lease in claimed:
-                self._start_job(lease)
+            if claimed:
+                self._start_jobs(claimed)
             if not claimed and self.options.burst and not self.live:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
@@ -240,29 +241,49 @@ class Worker:
         still writes its success; only a completer and reporter together more
         than ``concurrency`` successes behind hold slots back, so at most twice
         ``concurrency`` jobs are the worker's at once. With jobs running, the
-        claimer waits until a quarter of the slots are free (a finished job
-        wakes it), so a busy worker makes one claim per several jobs instead
-        of one per job.
+        claimer waits until a quarter of the slots are free (the slot that
+        frees the quarter wakes it: ``_slot_freed``), so a busy worker makes
+        one claim per several jobs instead of one per job.
         """
         concurrency = self.options.concurrency
         behind = self.completer.backlog + self.reporter.backlog
         free = self.pool.free - max(0, behind - concurrency)
-        if self.pool.busy and free < max(1, concurrency // 4):
+        if self.pool.busy and free < self._worth_a_claim:
             free = 0
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.counters.claimed)
         return max(free, 0)
 
+    @property
+    def _worth_a_claim(self) -> int:
+        """Free slots worth a claim while jobs run: a quarter of them (at least one)."""
+        return max(1, self.options.concurrency // 4)
+
+    def _slot_freed(self, free: int) -> None:
+        """Wake the claimer when a slot frees that makes a claim worth it, or the last one.
+
+        Only at those two counts: the claimer clears ``wake`` before it counts
+        free slots, so a count it missed is one it sees itself. The last
+        freed slot also wakes shutdown and a ``--burst`` or ``--max-jobs``
+        end waiting for the running jobs; the completer and the reporter wake
+        it once per batch they finish.
+        """
+        if free in (self._worth_a_claim, self.pool.size):
+            self.wake.set()
+
     def _done_with_max_jobs(self) -> bool:
         limit = self.options.max_jobs
         return limit is not None and self.counters.claimed >= limit and not self.live
 
-    def _start_job(self, lease: leases.Lease) -> None:
-        self.counters.add("claimed")
-        context = JobContext(lease)
-        task = resolve(lease)
-        self.live.add(context, None if isinstance(task, Exception) else task.timeout)
-        self.pool.submit(context, task)
+    def _start_jobs(self, claimed: list[leases.Lease]) -> None:
+        """Hand a claim's jobs to the slots, each task resolved once; live (renewed) first."""
+        self.counters.add("claimed", len(claimed))
+        jobs = [(JobContext(lease), resolve(lease)) for lease in claimed]
+        self.live.add(
+            (context, None if isinstance(task, Exception) else task.timeout)
+            for context, task in jobs
+        )
+        self.pool.submit(jobs)
 
     def _run_job(self, context: JobContext, task: Resolved) -> None:
         """Run one job in a pool thread; the completer writes its outcome.
@@ -281,15 +302,22 @@ class Worker:
                 self._count(outcome, started)
         finally:
             if not handed_over:
-                self.live.remove(context.job_id)
-            self.wake.set()
+                self.live.remove([context.job_id])
 
-    def _success_written(self, context: JobContext, outcome: Outcome, started: float) -> None:
-        """The completer wrote (or gave up on) a success: count it, free it, report it."""
-        self._count(outcome, started)
-        self.live.remove(context.job_id)
+    def _successes_written(self, written: list[tuple[JobContext, Outcome, float]]) -> None:
+        """The completer wrote (or gave up on) a batch of successes: count, free, report them."""
+        now = time.monotonic()
+        durations = [now - started for _, _, started in written]
+        self.counters.run_duration.observe_all(durations)
+        self.counters.add_all(collections.Counter(COUNTER_OF[outcome] for _, outcome, _ in written))
+        self.live.remove(context.job_id for context, _, _ in written)
         self.wake.set()
-        self.reporter.put(context.lease, outcome, time.monotonic() - started)
+        self.reporter.put(
+            [
+                (context.lease, outcome, duration)
+                for (context, outcome, _), duration in zip(written, durations, strict=True)
+            ]
+        )
 
     def _count(self, outcome: Outcome, started: float) -> None:
         self.counters.run_duration.observe(time.monotonic() - started)
@@ -309,12 +337,12 @@ class Worker:
     def _shut_down(self) -> None:
         self.stopping.set()
         deadline = time.monotonic() + self.options.shutdown_timeout
-        while self.live and not self.stop_now.is_set():
+        while not self.stop_now.is_set():
+            self.wake.clear()  # before looking: the last job's wake-up may come at any moment
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not self.live or remaining <= 0:
                 break
-            self.wake.clear()
-            self.wake.wait(remaining)  # a finished job or a second SIGINT sets it
+            self.wake.wait(remaining)  # the last finished job or a second SIGINT sets it
         self._release_unfinished()
         self._threads_stop.set()
         self.listener.close()

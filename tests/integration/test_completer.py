@@ -59,9 +59,10 @@ class Reports:
         self.outcomes: dict[int, Outcome] = {}
         self.arrived = threading.Condition()
 
-    def __call__(self, context: JobContext, outcome: Outcome, started: float) -> None:
+    def __call__(self, written: list[tuple[JobContext, Outcome, float]]) -> None:
         with self.arrived:
-            self.outcomes[context.job_id] = outcome
+            for context, outcome, _ in written:
+                self.outcomes[context.job_id] = outcome
             self.arrived.notify_all()
 
     def wait_for(self, count: int) -> dict[int, Outcome]:
@@ -242,8 +243,8 @@ def test_a_success_whose_reply_was_lost_is_reported_succeeded_once(
     reports: list[tuple[int, Outcome]] = []
     arrived = threading.Event()
 
-    def written(context: JobContext, outcome: Outcome, started: float) -> None:
-        reports.append((context.job_id, outcome))
+    def written(batch: list[tuple[JobContext, Outcome, float]]) -> None:
+        reports.extend((context.job_id, outcome) for context, outcome, _ in batch)
         arrived.set()
 
     with running(Completer(threading.Event(), written)) as completer:
@@ -281,14 +282,17 @@ def test_a_failing_report_neither_stops_the_completer_nor_the_next_report() -> N
     tasks.noop.enqueue_many([((), {})] * 2)
     first, second = leases.claim(None, "w1", 2)
     reports = Reports()
+    failed = threading.Event()
 
-    def fail_on_the_first(context: JobContext, outcome: Outcome, started: float) -> None:
-        if context.job_id == first.job_id:
+    def fail_on_the_first(written: list[tuple[JobContext, Outcome, float]]) -> None:
+        if any(context.job_id == first.job_id for context, _, _ in written):
+            failed.set()
             raise RuntimeError("a receiver bug")
-        reports(context, outcome, started)
+        reports(written)
 
     with running(Completer(threading.Event(), fail_on_the_first)) as completer:
         completer.hand_over(JobContext(first), None, time.monotonic())
+        assert failed.wait(WAIT)
         completer.hand_over(JobContext(second), None, time.monotonic())
         assert reports.wait_for(1) == {second.job_id: Outcome.SUCCEEDED}
         assert completer.is_alive()
@@ -349,3 +353,23 @@ def test_a_write_after_the_completer_stopped_is_made_on_the_calling_thread() -> 
 
     assert completer.write(note, time.monotonic() + WAIT) is True
     assert ran_on == [threading.current_thread().name]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_successes_that_queue_up_together_are_reported_in_one_call() -> None:
+    tasks.noop.enqueue_many([((), {})] * 5)
+    claimed = leases.claim(None, "w1", 5)
+    calls: list[list[int]] = []
+    done = threading.Event()
+
+    def written(batch: list[tuple[JobContext, Outcome, float]]) -> None:
+        calls.append([context.job_id for context, _, _ in batch])
+        done.set()
+
+    completer = Completer(threading.Event(), written)
+    for lease in claimed:  # queued before the completer starts: one batch
+        completer.hand_over(JobContext(lease), None, time.monotonic())
+    with running(completer):
+        assert done.wait(WAIT)
+    assert calls == [[lease.job_id for lease in claimed]]
+    assert completer.backlog == 0

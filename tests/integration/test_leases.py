@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -685,3 +686,22 @@ def test_claim_jobs_leases_only_the_named_ready_jobs_due_or_not() -> None:
     assert Job.objects.get(pk=later.pk).state == JobState.RUNNING
     assert Job.objects.get(pk=other.pk).state == JobState.READY
     assert leases.claim_jobs([later.pk], "w1") == []
+
+
+@pytest.mark.django_db
+def test_a_claimed_lease_is_the_frozen_value_lease_init_makes() -> None:
+    tasks.send_invoice.enqueue(7)
+    tasks.noop.enqueue()
+    for lease in leases.claim(None, "w1", 2):
+        fields = {field.name: getattr(lease, field.name) for field in dataclasses.fields(lease)}
+        assert vars(lease) == fields
+        assert lease == leases.Lease(**fields)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            lease.job_id = 0  # type: ignore[misc]  # frozen: the assignment is the point
+
+
+def test_json_read_from_a_row_is_a_new_object_each_time() -> None:
+    first, second = sql.to_json("[]"), sql.to_json("[]")
+    first.append(1)
+    assert (second, sql.to_json("{}"), sql.to_json('{"a": [1]}')) == ([], {}, {"a": [1]})
+    assert sql.to_json(b"[2]") == [2]

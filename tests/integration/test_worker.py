@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,20 @@ from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests.factories import JobFactory
 from tests.jobs import tasks
+from tests.waiting import wait_until
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[Worker]:
+    """``worker.run()`` on a thread of its own; stopped and joined when the block ends."""
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the worker did not stop"
 
 
 def live_job(timeout: float | None = None) -> tuple[LiveJobs, JobContext]:
@@ -30,7 +45,7 @@ def live_job(timeout: float | None = None) -> tuple[LiveJobs, JobContext]:
     (lease,) = leases.claim(None, "w1", 1)
     live = LiveJobs()
     context = JobContext(lease)
-    live.add(context, timeout)
+    live.add([(context, timeout)])
     return live, context
 
 
@@ -104,6 +119,50 @@ class TestWorkerInProcess:
         assert second_claimed_before_first_write == [True]
         assert Job.objects.succeeded().count() == 2
         assert worker.counters.snapshot()["succeeded"] == 2
+
+    def test_a_claim_batch_never_runs_more_jobs_at_once_than_there_are_slots(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(tasks, "HELD", tasks.Held())
+        tasks.held.enqueue_many([((), {})] * 12)
+        worker = Worker(WorkerOptions(burst=True, concurrency=4))
+        with running(worker):
+            wait_until(lambda: tasks.HELD.running == 4, what="four held jobs running")
+            assert worker.counters.claimed == 4  # the other eight wait for slots, unclaimed
+            tasks.HELD.let_go(12)
+            wait_until(lambda: worker.counters.succeeded == 12, what="every held job done")
+        assert tasks.HELD.most_running == 4
+        assert Job.objects.succeeded().count() == 12
+
+    def test_a_slot_freed_by_a_failure_wakes_the_claimer_long_before_the_poll(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(tasks, "HELD", tasks.Held())
+        tasks.held.enqueue_many([((), {"fail": True})] * 5)
+        # No commit, completer write or reporter wakes it: a dead job is written by its slot.
+        worker = Worker(WorkerOptions(concurrency=4, poll_interval=60))
+        with running(worker):
+            wait_until(lambda: tasks.HELD.running == 4, what="four held jobs running")
+            tasks.HELD.let_go(1)
+            wait_until(lambda: worker.counters.claimed == 5, 20, "the fifth job claimed")
+            tasks.HELD.let_go(4)
+            wait_until(lambda: worker.counters.dead == 5, what="five dead jobs")
+        assert Job.objects.filter(state=JobState.DEAD).count() == 5
+
+    def test_a_claim_batch_met_by_a_shutdown_is_released_not_lost(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(tasks, "HELD", tasks.Held())
+        tasks.held.enqueue_many([((), {})] * 6)
+        worker = Worker(WorkerOptions(concurrency=6, shutdown_timeout=0.2, poll_interval=60))
+        with running(worker):
+            wait_until(lambda: tasks.HELD.running == 6, what="the batch's six jobs running")
+            worker.stop()
+            wait_until(lambda: Job.objects.ready().count() == 6, what="every job released")
+            tasks.HELD.let_go(6)
+        assert Job.objects.ready().count() == 6
+        assert set(Job.objects.values_list("attempts", flat=True)) == {0}  # refunded
+        assert worker.counters.snapshot()["succeeded"] == 0
 
     def test_stop_from_another_thread_drains_and_returns(self) -> None:
         worker = Worker(WorkerOptions(poll_interval=30))

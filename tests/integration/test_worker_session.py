@@ -11,6 +11,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from django_dbqueue import leases
+from django_dbqueue.models import Job
 from django_dbqueue.worker.session import worker_session
 from tests.jobs import tasks
 
@@ -84,6 +85,16 @@ def test_protocol_statements_run_prepared_on_a_worker_connection() -> None:
     assert len(claims) == 1
     assert "SET state = 'running'" in claims[0]
     assert in_thread(lambda: (leases.claim(None, "w1", 1), prepared_statements())[1]) == []
+
+
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_a_prepared_claim_reads_timestamps_exactly_as_the_orm_does(use_tz: bool) -> None:
+    with override_settings(USE_TZ=use_tz):
+        job = tasks.noop.enqueue()
+        (lease,) = in_thread(inside_session(lambda: leases.claim(None, "w1", 1)))
+        stored = Job.objects.get(pk=job.pk)
+    assert lease.lease_until == stored.lease_until
+    assert lease.lease_until.tzinfo == stored.lease_until.tzinfo
 
 
 @override_settings(DBQUEUE={"PREPARED_STATEMENTS": False})

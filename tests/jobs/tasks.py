@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from django_dbqueue import JobContext, PermanentError, Retry, task
@@ -58,6 +59,43 @@ def with_context(context: JobContext, label: str) -> dict[str, Any]:
         "worker_id": context.worker_id,
         "idempotency_key": context.idempotency_key,
     }
+
+
+class Held:
+    """Jobs of ``held`` wait here until the test lets them go (in-process workers only)."""
+
+    def __init__(self) -> None:
+        self.permits = threading.Semaphore(0)
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most_running = 0
+
+    def run(self) -> None:
+        with self.lock:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            if not self.permits.acquire(timeout=60):
+                raise TimeoutError("no test let this held job go within 60 s")
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def let_go(self, jobs: int) -> None:
+        for _ in range(jobs):
+            self.permits.release()
+
+
+#: The test using ``held`` replaces it with a fresh one first.
+HELD = Held()
+
+
+@task(max_attempts=1)
+def held(*, fail: bool = False) -> None:
+    """Wait until the test lets one held job go (``HELD.let_go``), then succeed or fail (dead)."""
+    HELD.run()
+    if fail:
+        raise PermanentError("held, then failed")
 
 
 def plain_function() -> None:

@@ -18,16 +18,16 @@ def test_only_a_job_with_a_shorter_lease_than_planned_wakes_the_heartbeat() -> N
     live = LiveJobs()
     live.wait_for_shorter_lease(30, timeout=0)  # the heartbeat plans for 30 s leases
 
-    live.add(context(1, 30), None)
-    live.add(context(2, 60), None)
+    live.add([(context(1, 30), None)])
+    live.add([(context(2, 60), None)])
     assert not live.added.is_set()  # no earlier beat needed: nobody is woken
 
-    live.add(context(3, 10), None)
+    live.add([(context(3, 10), None)])
     assert live.added.is_set()
     assert len(live) == 3
 
 
 def test_before_the_heartbeat_plans_any_added_job_wakes_it() -> None:
     live = LiveJobs()
-    live.add(context(1, 600), None)
+    live.add([(context(1, 600), None)])
     assert live.added.is_set()

@@ -91,3 +91,28 @@ def test_failures_always_log_at_info(
     caplog.clear()
     outcome_log.write("job id=11 outcome=retried code=ValueError", quiet=False)
     assert lines(caplog) == [(logging.INFO, "job id=11 outcome=retried code=ValueError")]
+
+
+def test_a_batch_of_successes_gets_one_level_from_the_rate_they_make_together(
+    outcome_log: OutcomeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    successes = [("job id=%s outcome=succeeded", (n,), True) for n in range(5)]
+    outcome_log.write_all([*successes, ("job id=9 outcome=retried", (), False)])
+    assert lines(caplog) == [
+        *((logging.DEBUG, f"job id={n} outcome=succeeded") for n in range(5)),
+        (logging.INFO, "job id=9 outcome=retried"),
+    ]
+
+
+def test_quieted_lines_cost_nothing_when_debug_is_off(
+    outcome_log: OutcomeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_dbqueue.worker.outcome_log")
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise AssertionError("a quieted line was formatted")
+
+    outcome_log.write_all([("job id=%s outcome=succeeded", (Unprintable(),), True)] * 5)
+    outcome_log.write_all([("job id=9 outcome=retried", (), False)])
+    assert lines(caplog) == [(logging.INFO, "job id=9 outcome=retried")]

@@ -39,9 +39,8 @@ def test_outcomes_are_logged_and_signalled_in_order_then_it_stops(
     wake_ups: list[None] = []
     reporter = OutcomeReporter(lambda: wake_ups.append(None))
     reporter.start()
-    reporter.put(lease(1), Outcome.SUCCEEDED, 0.01)
-    reporter.put(lease(2), Outcome.LEASE_LOST, 0.02)
-    reporter.put(lease(3), Outcome.SUCCEEDED, 0.03)
+    reporter.put([(lease(1), Outcome.SUCCEEDED, 0.01), (lease(2), Outcome.LEASE_LOST, 0.02)])
+    reporter.put([(lease(3), Outcome.SUCCEEDED, 0.03)])
     reporter.close(timeout=10)
 
     assert not reporter.is_alive()
@@ -49,5 +48,5 @@ def test_outcomes_are_logged_and_signalled_in_order_then_it_stops(
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job id=")]
     assert [line.split()[1] for line in lines] == ["id=1", "id=2", "id=3"]
     assert "outcome=lease_lost" in lines[1]
-    assert len(wake_ups) == 3
+    assert len(wake_ups) == 2  # once a batch
     assert reporter.backlog == 0

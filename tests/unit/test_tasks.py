@@ -136,6 +136,35 @@ def test_bind_raises_type_error_for_arguments_that_do_not_fit() -> None:
         tasks.with_context.bind([], {"label": "x", "context": None}, context=object())
 
 
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs"),
+    [
+        ("noop", [], {}),  # plain parameters given positionally: found without binding
+        ("with_context", ["label"], {}),
+        ("with_context", [], {"label": "by name"}),
+        ("send_invoice", [7], {"copy": True}),  # a keyword-only parameter with a default
+        ("send_invoice", [7], {}),
+    ],
+)
+def test_arguments_are_the_ones_bind_gives(
+    name: str, args: list[object], kwargs: dict[str, object]
+) -> None:
+    task_ = getattr(tasks, name)
+    context = object()
+    bound = task_.bind(args, kwargs, context=context)
+
+    assert task_.arguments(args, kwargs, context=context) == (bound.args, bound.kwargs)
+
+
+def test_arguments_raise_type_error_for_arguments_that_do_not_fit() -> None:
+    with pytest.raises(TypeError):
+        tasks.noop.arguments([1], {})
+    with pytest.raises(TypeError):
+        tasks.with_context.arguments([], {}, context=object())
+    with pytest.raises(TypeError):
+        tasks.send_invoice.arguments([1, 2], {})
+
+
 def test_load_task_returns_the_task_at_a_path() -> None:
     assert load_task("tests.jobs.tasks.send_invoice") is tasks.send_invoice
 
