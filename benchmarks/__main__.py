@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--compare pgqueuer] [--pooler] [--json PATH]
+"""``python -m benchmarks [--quick] [--compare pgqueuer] [--pooler] [--only STEP] [--json PATH]
 [--database-url URL]``.
 
 Run it from the repository root.
@@ -37,6 +37,14 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         "with direct drains (needs Debian's pgbouncer and the database on this machine).",
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="Run only this step (repeatable), as the run names them: compare.run, "
+        "compare_enqueue.run, drain.run, ...",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=Path("benchmark-results.json"),
@@ -72,9 +80,13 @@ def main(argv: list[str] | None = None) -> None:
     if with_pooler and (why := pooler.missing(args.database_url)):
         print(why, file=sys.stderr)
         with_pooler = False
-    results, run = suite.run(
-        args.database_url, sizes, with_pgqueuer=with_pgqueuer, with_pooler=with_pooler
-    )
+    steps = suite.plan(with_pgqueuer=with_pgqueuer, with_pooler=with_pooler)
+    if args.only:
+        names = [suite.step_name(step) for step in steps]
+        if unknown := sorted(set(args.only) - set(names)):
+            sys.exit(f"--only {', '.join(unknown)}: no such step here; steps: {', '.join(names)}")
+        steps = [step for step in steps if suite.step_name(step) in args.only]
+    results, run = suite.run(args.database_url, sizes, steps)
     print(report.table(results))
     report.write_json(args.json, results, {"mode": "quick" if args.quick else "default", **run})
     print(f"\nwrote {args.json} ({run['duration_seconds']:.0f} s)", file=sys.stderr)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -48,16 +49,16 @@ STEPS = (
 )
 
 
-def run(
-    url: str, sizes: Sizes, *, with_pgqueuer: bool = False, with_pooler: bool = False
-) -> tuple[Results, dict[str, Any]]:
-    """Measure everything on a fresh database at ``url``; the results and what ran them.
+Step = Callable[[Session], None]
+
+
+def plan(*, with_pgqueuer: bool = False, with_pooler: bool = False) -> list[Step]:
+    """The steps of a run, in order.
 
     ``with_pgqueuer`` adds the side-by-side enqueue, drain and pickup with pgqueuer,
     each right after ours, and ``with_pooler`` the drains directly and through
     PgBouncer right after our drains.
     """
-    started = time.monotonic()
     steps = list(STEPS)
     if with_pooler:
         steps.insert(steps.index(drain.run) + 1, pooler.run)
@@ -68,6 +69,17 @@ def run(
             (latency.run, compare_pickup.run),
         ):
             steps.insert(steps.index(ours) + 1, side_by_side)
+    return steps
+
+
+def step_name(step: Step) -> str:
+    """How ``--only`` names a step: ``compare.run``, ``drain.run_backlog``."""
+    return f"{step.__module__.removeprefix('benchmarks.')}.{step.__name__}"
+
+
+def run(url: str, sizes: Sizes, steps: list[Step]) -> tuple[Results, dict[str, Any]]:
+    """Measure ``steps`` (``plan``) on a fresh database at ``url``: the results, what ran them."""
+    started = time.monotonic()
     database.create(url)
     try:
         with (
@@ -78,7 +90,7 @@ def run(
             session = Session(url, sizes, Path(logs), harness)
             facts: dict[str, Any] = {"sizes": asdict(sizes), "environment": environment(harness)}
             for step in steps:
-                print(f"{step.__module__}.{step.__name__}", file=sys.stderr, flush=True)
+                print(step_name(step), file=sys.stderr, flush=True)
                 step_started = time.monotonic()
                 step(session)
                 took = time.monotonic() - step_started

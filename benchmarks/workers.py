@@ -34,6 +34,7 @@ class WorkerProcess:
 
     def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
         self.log_path = log_path
+        self.told_to_stop = False
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "django", "runworkers", *args],
@@ -59,16 +60,29 @@ class WorkerProcess:
         """SIGTERM: stop claiming, finish running jobs, exit 0."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
+            self.told_to_stop = True
 
     def wait(self, timeout: float) -> bool:
-        """Whether the process exited within ``timeout``; a non-zero exit raises."""
+        """Whether the process exited within ``timeout``; a non-zero exit raises.
+
+        A worker that had already stopped (it logged ``worker stopped``) when
+        ``stop()`` reached it, and so died of the SIGTERM on its way out, did
+        exit cleanly: the signal came too late to be handled, not to be obeyed.
+        """
         try:
             code = self.process.wait(max(timeout, 0))
         except subprocess.TimeoutExpired:
             return False
-        if code != 0:
+        if code != 0 and not self._stopped_before_the_signal(code):
             raise WorkerFailed(f"worker {self.pid} exited with {code}:\n{self.tail()}")
         return True
+
+    def _stopped_before_the_signal(self, code: int) -> bool:
+        return (
+            self.told_to_stop
+            and code == -signal.SIGTERM
+            and "worker stopped" in self.log_path.read_text(errors="replace")
+        )
 
     def kill(self) -> None:
         if self.process.poll() is None:

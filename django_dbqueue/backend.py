@@ -25,7 +25,7 @@ from django.core.checks import CheckMessage
 from django.db import transaction
 
 from django_dbqueue import conf
-from django_dbqueue.arguments import encode_call
+from django_dbqueue.arguments import check_size, encode_call
 from django_dbqueue.checks import task_backend_checks
 from django_dbqueue.enqueue import EnqueueOptions, JobSpec, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
@@ -153,8 +153,9 @@ class DatabaseQueueBackend(BaseTaskBackend):
         Raises ``InvalidTask`` for a task this backend cannot run, ``TypeError``
         (``ArgumentNotJSON``, as the framework documents) for an argument of a
         type JSON cannot hold, and ``InvalidJob`` (a ``ValueError``) for
-        arguments that do not fit the function or hold NaN or a NUL character;
-        each names the argument and writes nothing. ``task_enqueued`` is sent
+        arguments that do not fit the function, hold NaN or a NUL character, or
+        take more than ``MAX_ARGS_BYTES`` as JSON; each names the argument (or
+        the task) and writes nothing. ``task_enqueued`` is sent
         once the transaction commits (at once outside a transaction).
         """
         self.validate_task(task)
@@ -175,7 +176,9 @@ class DatabaseQueueBackend(BaseTaskBackend):
             backend=self.alias,
         )
         call = (list(args), dict(kwargs))
-        (job,) = insert(spec, [call], f"[{encode_call(task.module_path, *call)}]")
+        encoded = encode_call(task.module_path, *call)
+        check_size(task.module_path, encoded, conf.get().max_args_bytes)
+        (job,) = insert(spec, [call], f"[{encoded}]")
         result = self.result_of(job, task)
         transaction.on_commit(
             functools.partial(task_enqueued.send, type(self), task_result=result),

@@ -235,6 +235,18 @@ class TestEnqueue:
             async_to_sync(backend_tasks.add.aenqueue)(when, 2)
         assert not Job.objects.exists()
 
+    def test_arguments_longer_than_max_args_bytes_are_refused(
+        self, backend: DatabaseQueueBackend, settings: Any
+    ) -> None:
+        settings.DBQUEUE = {"MAX_ARGS_BYTES": 100}
+        with pytest.raises(InvalidJob, match=r"take 1\d\d bytes as JSON, more than .*\(100\)"):
+            backend_tasks.fail.enqueue("x" * 80)
+        with pytest.raises(InvalidJob, match=r"MAX_ARGS_BYTES"):
+            async_to_sync(backend_tasks.fail.aenqueue)("x" * 80)
+        assert not Job.objects.exists()
+        backend_tasks.fail.enqueue("x" * 40)
+        assert Job.objects.count() == 1
+
     def test_arguments_must_fit_the_function(self, backend: DatabaseQueueBackend) -> None:
         with pytest.raises(InvalidJob, match="do not fit"):
             backend_tasks.add.enqueue(1, 2, 3)

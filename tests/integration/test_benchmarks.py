@@ -154,11 +154,13 @@ def test_quick_compare_enqueues_drains_and_picks_up_side_by_side_with_pgqueuer(
     pytest.importorskip("pgqueuer", reason="the bench extra is not installed")
     pytest.importorskip("asyncpg", reason="the bench extra is not installed")
     output = tmp_path / "results.json"
-    run = quick_run(output, "--compare", "pgqueuer", purpose="compare")
+    side_by_side = ("compare_enqueue.run", "compare.run", "compare_pickup.run")
+    only = [option for step in side_by_side for option in ("--only", step)]
+    run = quick_run(output, "--compare", "pgqueuer", *only, purpose="compare")
 
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads(output.read_text())["results"]
-    assert set(results) == BENCHMARKS | COMPARED
+    assert set(results) == COMPARED
     drains = {who: results[f"compare_drain_{who}"] for who in WHO}
     assert all(drain["value"] > 0 for drain in drains.values()), drains
     assert all(drain["n"] == 2_000 for drain in drains.values()), drains
@@ -182,3 +184,14 @@ def test_compare_says_how_to_install_pgqueuer_when_it_is_missing(
     assert why is not None
     assert "pgqueuer is not installed" in why
     assert "pip install -e '.[bench]'" in why
+
+
+def test_only_refuses_a_step_the_run_does_not_have_and_names_those_it_has(
+    tmp_path: Path,
+) -> None:
+    run = quick_run(tmp_path / "results.json", "--only", "nope.run", purpose="only")
+
+    assert run.returncode != 0
+    assert "--only nope.run: no such step here" in run.stderr
+    assert "drain.run_backlog" in run.stderr
+    assert not (tmp_path / "results.json").exists()
