@@ -123,6 +123,55 @@ WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
 
+-- name: claim_plain
+-- claim for the common shape, in a plan that reads the ready index in order and nothing
+-- else: one queue (%(queue)s, or NULL for every queue when the ready jobs are all in one)
+-- and no job with a serial key ready or running anywhere. Whether the shape holds is two
+-- probes of the ready index (the first and last queue of its entries) and one of the
+-- active serial-key index (empty unless serial keys are in use), all read before any row
+-- is locked; the result's `plain` column says so. When it holds, the due ready jobs of
+-- that queue are leased exactly as claim would lease them: with one queue there is no
+-- turn to take, and without an active serial key there is no earlier job of a key to wait
+-- for. Only keyless rows are leased here anyway, so a keyed job committed meanwhile is
+-- left to claim. When it does not hold, nothing is locked and the one row returned has
+-- `plain` false and no job: the caller runs claim. Otherwise every row is a leased job
+-- (none due: one row with a NULL id).
+WITH shape AS MATERIALIZED (
+    SELECT COALESCE(%(queue)s::text, ready.first) AS queue,
+           CASE WHEN %(queue)s::text IS NOT NULL THEN true
+                ELSE ready.first IS NOT DISTINCT FROM ready.last END
+           AND NOT EXISTS (
+               SELECT 1 FROM dbqueue_job
+               WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
+           ) AS plain
+    FROM (
+        SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
+               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
+    ) ready
+),
+chosen AS (
+    SELECT id FROM dbqueue_job
+    WHERE state = 'ready' AND queue = (SELECT queue FROM shape) AND (SELECT plain FROM shape)
+      AND run_at <= statement_timestamp() AND serial_key IS NULL
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE dbqueue_job j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        lease_token = j.lease_token + 1,
+        worker_id = %(worker_id)s,
+        last_worker_id = %(worker_id)s,
+        lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
+        started_at = clock_timestamp()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+    RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+              j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend
+)
+SELECT s.plain, c.* FROM shape s LEFT JOIN claimed c ON true;
+
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
 -- runs the jobs a commit enqueued, and their retries at once. Rows locked by other

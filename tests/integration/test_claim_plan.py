@@ -98,9 +98,27 @@ def test_claim_reads_ready_jobs_through_the_ready_index(
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
 
+@pytest.mark.postgresql
+@pytest.mark.django_db
+@pytest.mark.parametrize("prepared", [False, True])
+@pytest.mark.parametrize("queue", ["mail", None])
+def test_plain_claim_reads_the_ready_index_and_probes_serial_keys_by_their_index(
+    big_backlog: None, queue: str | None, prepared: bool
+) -> None:
+    params = {"queue": queue, "worker_id": "w1", "limit": 10}
+    explain = generic_plan if prepared else statement_plan
+    plan = explain("claim_plain", params)
+    scans = scanned_relations(plan)
+    assert "Index Scan:dbqueue_job_ready" in scans, scans
+    assert any(scan.endswith(":dbqueue_job_serial_active") for scan in scans), scans
+    assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
+    assert '"Sort"' not in plan, "the ready index gives the claim order: nothing to sort"
+
+
 #: Parameter types of the worker's batched statements, for PREPARE.
 PARAMETER_TYPES = {
     "queues": "text",
+    "queue": "text",
     "worker_id": "text",
     "limit": "int",
     "turn": "int",
@@ -114,7 +132,7 @@ EXAMPLES = {
 }
 
 
-def generic_plan(name: str) -> str:
+def generic_plan(name: str, example: dict[str, object] | None = None) -> str:
     """The plan a prepared statement settles on after five runs, whatever the values."""
     names: list[str] = []
 
@@ -128,7 +146,7 @@ def generic_plan(name: str) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE generic_{name} ({types}) AS {statement}".replace("%", "%%"))
-        values = [EXAMPLES[name][n] for n in names]
+        values = [(example or EXAMPLES[name])[n] for n in names]
         cursor.execute(
             f"EXPLAIN (FORMAT JSON) EXECUTE generic_{name} ({', '.join(['%s'] * len(values))})",
             values,
