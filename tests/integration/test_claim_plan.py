@@ -66,7 +66,7 @@ def scanned_relations(plan: str) -> set[str]:
 
 @pytest.mark.postgresql
 @pytest.mark.django_db
-@pytest.mark.parametrize("name", ["claim", "complete", "renew"])
+@pytest.mark.parametrize("name", ["claim", "claim_plain", "complete", "renew"])
 def test_prepared_batches_reach_their_rows_by_primary_key_at_any_table_size(name: str) -> None:
     # A few thousand rows: where a join guessed from the batch size hashes the whole table.
     # First in the file: the backlog tests below leave the table bloated (rolled back).
@@ -127,6 +127,7 @@ PARAMETER_TYPES = {
 }
 EXAMPLES = {
     "claim": {"queues": None, "worker_id": "w1", "limit": 10, "turn": 0},
+    "claim_plain": {"queue": None, "worker_id": "w1", "limit": 10},
     "complete": {"rows": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1", "result": null}]'},
     "renew": {"leases": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1"}]'},
 }
