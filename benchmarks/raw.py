@@ -113,15 +113,7 @@ def insert_many(conn: Connection, count: int) -> None:
 
 
 def claim(conn: Connection, limit: int) -> list[tuple[Any, ...]]:
-    """The package's claim for every queue, as ``runworkers`` runs it; rows ``id, lease_token``…
-
-    ``claim_plain`` first, then ``claim`` when it says the plain shape does not hold
-    (``leases.claim``).
-    """
-    plain = {"queue": None, "worker_id": WORKER_ID, "limit": limit}
-    rows = conn.execute(statements("postgresql")["claim_plain"], plain).fetchall()
-    if rows[0][0]:
-        return [row[1:] for row in rows if row[1] is not None]
+    """Run the package's ``claim`` statement for every queue, as ``runworkers`` does."""
     params = {"queues": None, "worker_id": WORKER_ID, "limit": limit, "turn": 0}
     return conn.execute(statements("postgresql")["claim"], params).fetchall()
 

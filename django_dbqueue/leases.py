@@ -97,22 +97,20 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
     transactions are skipped, never awaited (PostgreSQL), so concurrent
     claimers never receive the same job; on SQLite the claim holds the
     database write lock. Each claimed job's ``attempts`` and ``lease_token``
-    grow by one. On PostgreSQL one queue (named, or the only one with ready
-    jobs) with no serial key in play is leased by a plan of its own that
-    leases exactly what the general one would (``claim_plain``).
+    grow by one. On PostgreSQL the claim is one statement whatever the
+    shape; one queue (named, or the only one with ready jobs) with no serial
+    key in play takes a plan of its own that leases exactly what the general
+    one would.
     """
     if limit < 1:
         return []
     connection = queue_connection()
-    served = list(queues) if queues is not None else None
-    if sql.defines(connection, "claim_plain") and (served is None or len(served) == 1):
-        # One queue and no serial key in play is the common shape: its own plan, which
-        # says whether the shape held (else it locked nothing and claim decides).
-        plain = {"queue": served[0] if served else None, "worker_id": worker_id, "limit": limit}
-        rows = sql.run_alone(connection, "claim_plain", plain)
-        if rows[0]["plain"]:
-            return _leases([row for row in rows if row["id"] is not None], worker_id)
-    params = {"queues": served, "worker_id": worker_id, "limit": limit, "turn": next(_turns) % 1024}
+    params = {
+        "queues": list(queues) if queues is not None else None,
+        "worker_id": worker_id,
+        "limit": limit,
+        "turn": next(_turns) % 1024,
+    }
     return _leases(sql.run_alone(connection, "claim", params), worker_id)
 
 

@@ -1,10 +1,9 @@
 """Named SQL statements per database vendor, and the one place that runs them.
 
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
-defines the same names, but for three optional ones: ``worker_session`` (the
-set-up of a worker's own connection), ``insert_job`` (a faster single-row
-``insert_jobs``) and ``claim_plain`` (``claim`` for one queue without serial
-keys). A block is one statement, or (where the vendor lacks
+defines the same names, but for two optional ones: ``worker_session`` (the
+set-up of a worker's own connection) and ``insert_job`` (a faster single-row
+``insert_jobs``). A block is one statement, or (where the vendor lacks
 ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
 the last one that returns rows giving the result, by column name; a statement
 may read the rows of the latest one that returned rows as ``%(previous)s`` (a

@@ -71,7 +71,47 @@ RETURNING id, created_at, run_at,
 -- that key runs (a requeued one included), so jobs of one key run one at a time, in
 -- enqueue order. Each claimed row gets attempts + 1,
 -- lease_token + 1, the worker id and a lease from the database clock.
-WITH RECURSIVE ready_queue AS (
+-- One statement, two paths, and exactly one runs: each is gated by `shape.plain`, an
+-- uncorrelated subquery the planner makes a one-time filter, so the other path's plan is
+-- never executed. `shape` holds the plain shape: one queue (the only one named, or for
+-- NULL the first of the ready index when it is also the last: every ready job is in it)
+-- and no job with a serial key ready or running anywhere (the first entry of the active
+-- serial-key index, empty unless serial keys are in use, asked for in index order so that
+-- the index is read, not the table, however many keys are active): a few one-row index
+-- probes, read before any row is locked. The plain path then leases exactly what the general one would: with one queue
+-- there is no turn to take, and without an active serial key no candidate has an earlier
+-- job of its key to wait for. It reads the ready index in order and nothing else, and
+-- leases keyless rows only, so a keyed job committed after the probe is left to the
+-- general path of a later claim: the serial-key guarantee never depends on the probe's
+-- timing. The general path discovers the queues, takes each one's candidates with the
+-- serial-key checks and shares the batch in turn.
+WITH RECURSIVE shape AS MATERIALIZED (
+    SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
+                WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
+           END AS queue,
+           CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first IS NOT DISTINCT FROM ready.last
+                ELSE jsonb_array_length(%(queues)s::jsonb) = 1 END
+           AND (
+               SELECT serial_key FROM dbqueue_job
+               WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
+               ORDER BY serial_key
+               LIMIT 1
+           ) IS NULL AS plain
+    FROM (
+        SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
+               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
+    ) ready
+),
+plain_chosen AS (
+    SELECT id FROM dbqueue_job p
+    WHERE (SELECT plain FROM shape)
+      AND state = 'ready' AND queue = (SELECT queue FROM shape)
+      AND run_at <= statement_timestamp() AND serial_key IS NULL
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
     UNION ALL
     SELECT (SELECT min(j.queue) FROM dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
@@ -89,27 +129,30 @@ candidate AS (
                AS rank
     FROM served s
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM dbqueue_job j
+        SELECT id, priority, run_at FROM dbqueue_job g
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
           AND (serial_key IS NULL OR NOT EXISTS (
               SELECT 1 FROM dbqueue_job e
-              WHERE e.serial_key = j.serial_key AND e.id < j.id
+              WHERE e.serial_key = g.serial_key AND e.id < g.id
                 AND e.state IN ('ready', 'running')
           ) AND NOT EXISTS (
               SELECT 1 FROM dbqueue_job r
-              WHERE r.serial_key = j.serial_key AND r.state = 'running'
+              WHERE r.serial_key = g.serial_key AND r.state = 'running'
           ))
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) c
+    WHERE NOT (SELECT plain FROM shape)
 ),
 chosen AS (
-    SELECT id FROM (
+    SELECT id FROM plain_chosen
+    UNION ALL
+    (SELECT id FROM (
         SELECT id, rank, dense_rank() OVER (ORDER BY queue) AS position FROM candidate
     ) ranked
     ORDER BY rank, mod(position - 1 + %(turn)s, (SELECT count(DISTINCT queue) FROM candidate))
-    LIMIT %(limit)s
+    LIMIT %(limit)s)
 )
 UPDATE dbqueue_job j
 SET state = 'running',
@@ -122,55 +165,6 @@ SET state = 'running',
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
-
--- name: claim_plain
--- claim for the common shape, in a plan that reads the ready index in order and nothing
--- else: one queue (%(queue)s, or NULL for every queue when the ready jobs are all in one)
--- and no job with a serial key ready or running anywhere. Whether the shape holds is two
--- probes of the ready index (the first and last queue of its entries) and one of the
--- active serial-key index (empty unless serial keys are in use), all read before any row
--- is locked; the result's `plain` column says so. When it holds, the due ready jobs of
--- that queue are leased exactly as claim would lease them: with one queue there is no
--- turn to take, and without an active serial key there is no earlier job of a key to wait
--- for. Only keyless rows are leased here anyway, so a keyed job committed meanwhile is
--- left to claim. When it does not hold, nothing is locked and the one row returned has
--- `plain` false and no job: the caller runs claim. Otherwise every row is a leased job
--- (none due: one row with a NULL id).
-WITH shape AS MATERIALIZED (
-    SELECT COALESCE(%(queue)s::text, ready.first) AS queue,
-           CASE WHEN %(queue)s::text IS NOT NULL THEN true
-                ELSE ready.first IS NOT DISTINCT FROM ready.last END
-           AND NOT EXISTS (
-               SELECT 1 FROM dbqueue_job
-               WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
-           ) AS plain
-    FROM (
-        SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
-               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
-    ) ready
-),
-chosen AS (
-    SELECT id FROM dbqueue_job
-    WHERE state = 'ready' AND queue = (SELECT queue FROM shape) AND (SELECT plain FROM shape)
-      AND run_at <= statement_timestamp() AND serial_key IS NULL
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE dbqueue_job j
-    SET state = 'running',
-        attempts = j.attempts + 1,
-        lease_token = j.lease_token + 1,
-        worker_id = %(worker_id)s,
-        last_worker_id = %(worker_id)s,
-        lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-        started_at = clock_timestamp()
-    WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-    RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-              j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend
-)
-SELECT s.plain, c.* FROM shape s LEFT JOIN claimed c ON true;
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode

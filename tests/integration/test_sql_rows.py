@@ -28,27 +28,20 @@ CLAIM_COLUMNS = {
     "run_at",
     "backend",
 }
-#: The last list of job columns in each vendor's claim blocks: RETURNING (inside
-#: claim_plain's CTE, whose final SELECT passes them on as ``c.*``), or MySQL's final SELECT.
-LAST_COLUMN_LIST = re.compile(r"(RETURNING|SELECT)\s+((?:[\w.]+,\s*)*[\w.]+)(\s+FROM\b|\s*\)|\s*$)")
-#: The blocks ``leases.claim`` may run (claim_plain: PostgreSQL only).
-CLAIM_BLOCKS = ("claim", "claim_plain")
+#: The column list that ends each vendor's claim block: RETURNING, or MySQL's final SELECT.
+LAST_COLUMN_LIST = re.compile(r"(RETURNING|SELECT)\s+((?:[\w.]+,\s*)*[\w.]+)(\s+FROM\b|\s*$)")
 
 
 def with_claim_columns(change: Callable[[list[str]], list[str]]) -> dict[str, str]:
-    """The vendor's statements, each claim block's last column list rewritten by ``change``."""
+    """The vendor's statements, the claim's last column list rewritten by ``change``."""
     real = sql.statements(connection.vendor)
-    rewritten = {name: _rewritten(real[name], change) for name in CLAIM_BLOCKS if name in real}
-    return {**real, **rewritten}
-
-
-def _rewritten(statement: str, change: Callable[[list[str]], list[str]]) -> str:
-    matches = list(LAST_COLUMN_LIST.finditer(statement))
-    assert matches, statement
+    matches = list(LAST_COLUMN_LIST.finditer(real["claim"]))
+    assert matches, real["claim"]
     last = matches[-1]
     columns = [column.strip() for column in last.group(2).split(",")]
     rewritten = f"{last.group(1)} {', '.join(change(columns))}{last.group(3)}"
-    return statement[: last.start()] + rewritten + statement[last.end() :]
+    claim = real["claim"][: last.start()] + rewritten + real["claim"][last.end() :]
+    return {**real, "claim": claim}
 
 
 @pytest.mark.django_db(transaction=True)

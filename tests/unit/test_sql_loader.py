@@ -11,7 +11,7 @@ from django_dbqueue.sql import parse, statements
 
 VENDORS = ("postgresql", "sqlite")
 #: The blocks only some vendors define: a worker connection's set-up, a single-row insert.
-OPTIONAL = {"worker_session", "insert_job", "claim_plain"}
+OPTIONAL = {"worker_session", "insert_job"}
 
 
 def test_parse_splits_named_blocks_and_drops_comment_lines() -> None:
