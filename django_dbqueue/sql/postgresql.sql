@@ -78,13 +78,13 @@ RETURNING id, created_at, run_at,
 -- and no job with a serial key ready or running anywhere (the first entry of the active
 -- serial-key index, empty unless serial keys are in use, asked for in index order so that
 -- the index is read, not the table, however many keys are active): a few one-row index
--- probes, read before any row is locked. The plain path then leases exactly what the general one would: with one queue
--- there is no turn to take, and without an active serial key no candidate has an earlier
--- job of its key to wait for. It reads the ready index in order and nothing else, and
--- leases keyless rows only, so a keyed job committed after the probe is left to the
--- general path of a later claim: the serial-key guarantee never depends on the probe's
--- timing. The general path discovers the queues, takes each one's candidates with the
--- serial-key checks and shares the batch in turn.
+-- probes, read before any row is locked. The plain path then leases exactly what the
+-- general one would: with one queue there is no turn to take, and without an active
+-- serial key no candidate has an earlier job of its key to wait for. It reads the ready
+-- index in order and nothing else, and leases keyless rows only, so a keyed job committed
+-- after the probe is left to the general path of a later claim: the serial-key guarantee
+-- never depends on the probe's timing. The general path discovers the queues, takes each
+-- one's candidates with the serial-key checks and shares the batch in turn.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
                 WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
