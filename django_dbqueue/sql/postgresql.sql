@@ -8,9 +8,13 @@
 
 -- name: worker_session
 -- Set up a connection the worker owns (claims, completions, renewals, reaping): no JIT,
--- whose compilation costs a claim more than running it, and asynchronous commit when
--- %(synchronous_commit)s is 'off' (NULL keeps the server's setting).
+-- whose compilation costs a claim more than running it; generic plans for its prepared
+-- statements, since the plan cache would otherwise plan the claim afresh on every call
+-- (its custom plans look cheaper than the generic one), and planning is most of a claim;
+-- and asynchronous commit when %(synchronous_commit)s is 'off' (NULL keeps the server's
+-- setting).
 SELECT set_config('jit', 'off', false),
+       set_config('plan_cache_mode', 'force_generic_plan', false),
        set_config('synchronous_commit',
                   COALESCE(%(synchronous_commit)s, current_setting('synchronous_commit')), false);
 
