@@ -1,8 +1,10 @@
 """The raw ceiling: the protocol's own SQL and plain inserts, driven by psycopg alone.
 
 Raw connections use psycopg's defaults (server-side parameters; a statement
-run five times is prepared) with JIT off: compiling the claim statement can
-cost more than running it, and a ceiling should not pay for that. The claim
+run five times is prepared) with JIT off and generic plans for prepared
+statements, as the worker's connections have: compiling the claim statement,
+or planning it afresh on every call, can cost more than running it, and a
+ceiling should not pay for that. The claim
 and complete statements are the package's own, taken by name from
 ``django_dbqueue.sql`` at run time and given parameters in its convention
 (lists as JSON text).
@@ -63,8 +65,10 @@ NOTIFY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 
 
 def connect(url: str, *, jit: bool = False) -> Connection:
-    """An autocommit raw connection; JIT off unless ``jit`` (then as the server says)."""
-    return psycopg.connect(url, autocommit=True, options="" if jit else "-c jit=off")
+    """An autocommit raw connection; JIT off and generic plans unless ``jit`` (then as the
+    server says)."""
+    options = "" if jit else "-c jit=off -c plan_cache_mode=force_generic_plan"
+    return psycopg.connect(url, autocommit=True, options=options)
 
 
 def job_params() -> dict[str, Any]:

@@ -109,7 +109,10 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
     transactions are skipped, never awaited (PostgreSQL), so concurrent
     claimers never receive the same job; on SQLite the claim holds the
     database write lock. Each claimed job's ``attempts`` and ``lease_token``
-    grow by one.
+    grow by one. On PostgreSQL the claim is one statement whatever the
+    shape; one queue (named, or the only one with ready jobs) with no serial
+    key in play takes a plan of its own that leases exactly what the general
+    one would.
     """
     if limit < 1:
         return []

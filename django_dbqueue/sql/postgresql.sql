@@ -8,9 +8,13 @@
 
 -- name: worker_session
 -- Set up a connection the worker owns (claims, completions, renewals, reaping): no JIT,
--- whose compilation costs a claim more than running it, and asynchronous commit when
--- %(synchronous_commit)s is 'off' (NULL keeps the server's setting).
+-- whose compilation costs a claim more than running it; generic plans for its prepared
+-- statements, since the plan cache would otherwise plan the claim afresh on every call
+-- (its custom plans look cheaper than the generic one), and planning is most of a claim;
+-- and asynchronous commit when %(synchronous_commit)s is 'off' (NULL keeps the server's
+-- setting).
 SELECT set_config('jit', 'off', false),
+       set_config('plan_cache_mode', 'force_generic_plan', false),
        set_config('synchronous_commit',
                   COALESCE(%(synchronous_commit)s, current_setting('synchronous_commit')), false);
 
@@ -82,7 +86,47 @@ RETURNING id, created_at, run_at,
 -- that key runs (a requeued one included), so jobs of one key run one at a time, in
 -- enqueue order. Each claimed row gets attempts + 1,
 -- lease_token + 1, the worker id and a lease from the database clock.
-WITH RECURSIVE ready_queue AS (
+-- One statement, two paths, and exactly one runs: each is gated by `shape.plain`, an
+-- uncorrelated subquery the planner makes a one-time filter, so the other path's plan is
+-- never executed. `shape` holds the plain shape: one queue (the only one named, or for
+-- NULL the first of the ready index when it is also the last: every ready job is in it)
+-- and no job with a serial key ready or running anywhere (the first entry of the active
+-- serial-key index, empty unless serial keys are in use, asked for in index order so that
+-- the index is read, not the table, however many keys are active): a few one-row index
+-- probes, read before any row is locked. The plain path then leases exactly what the
+-- general one would: with one queue there is no turn to take, and without an active
+-- serial key no candidate has an earlier job of its key to wait for. It reads the ready
+-- index in order and nothing else, and leases keyless rows only, so a keyed job committed
+-- after the probe is left to the general path of a later claim: the serial-key guarantee
+-- never depends on the probe's timing. The general path discovers the queues, takes each
+-- one's candidates with the serial-key checks and shares the batch in turn.
+WITH RECURSIVE shape AS MATERIALIZED (
+    SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
+                WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
+           END AS queue,
+           CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first IS NOT DISTINCT FROM ready.last
+                ELSE jsonb_array_length(%(queues)s::jsonb) = 1 END
+           AND (
+               SELECT serial_key FROM dbqueue_job
+               WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
+               ORDER BY serial_key
+               LIMIT 1
+           ) IS NULL AS plain
+    FROM (
+        SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
+               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
+    ) ready
+),
+plain_chosen AS (
+    SELECT id FROM dbqueue_job p
+    WHERE (SELECT plain FROM shape)
+      AND state = 'ready' AND queue = (SELECT queue FROM shape)
+      AND run_at <= statement_timestamp() AND serial_key IS NULL
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
     UNION ALL
     SELECT (SELECT min(j.queue) FROM dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
@@ -100,27 +144,30 @@ candidate AS (
                AS rank
     FROM served s
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM dbqueue_job j
+        SELECT id, priority, run_at FROM dbqueue_job g
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
           AND (serial_key IS NULL OR NOT EXISTS (
               SELECT 1 FROM dbqueue_job e
-              WHERE e.serial_key = j.serial_key AND e.id < j.id
+              WHERE e.serial_key = g.serial_key AND e.id < g.id
                 AND e.state IN ('ready', 'running')
           ) AND NOT EXISTS (
               SELECT 1 FROM dbqueue_job r
-              WHERE r.serial_key = j.serial_key AND r.state = 'running'
+              WHERE r.serial_key = g.serial_key AND r.state = 'running'
           ))
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) c
+    WHERE NOT (SELECT plain FROM shape)
 ),
 chosen AS (
-    SELECT id FROM (
+    SELECT id FROM plain_chosen
+    UNION ALL
+    (SELECT id FROM (
         SELECT id, rank, dense_rank() OVER (ORDER BY queue) AS position FROM candidate
     ) ranked
     ORDER BY rank, mod(position - 1 + %(turn)s, (SELECT count(DISTINCT queue) FROM candidate))
-    LIMIT %(limit)s
+    LIMIT %(limit)s)
 )
 UPDATE dbqueue_job j
 SET state = 'running',

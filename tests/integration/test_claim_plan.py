@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -38,30 +39,55 @@ def claim_plan(queues: list[str] | None) -> str:
     return statement_plan("claim", {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0})
 
 
-def statement_plan(name: str, params: dict[str, object]) -> str:
+def statement_plan(name: str, params: dict[str, object], analyze: bool = False) -> str:
+    """The plan of block ``name`` for these values (run and timed with ``analyze``)."""
     statement = sql.statements("postgresql")[name]
     adapted = {key: sql.adapt(connection, value) for key, value in params.items()}
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, adapted)
+        cursor.execute(f"EXPLAIN ({explain_options(analyze)}) " + statement, adapted)
         (plan,) = cursor.fetchone()
     return json.dumps(plan)
 
 
-def scanned_relations(plan: str) -> set[str]:
-    """Every relation the plan reads from the job table, index or table."""
-    nodes: list[dict[str, object]] = []
+def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` of a JSON plan and every node below it."""
+    return [node, *(below for child in node.get("Plans", []) for below in plan_nodes(child))]
 
-    def walk(node: dict[str, object]) -> None:
-        nodes.append(node)
-        for child in node.get("Plans", []):  # type: ignore[attr-defined]  # JSON plan nodes.
-            walk(child)
 
-    walk(json.loads(plan)[0]["Plan"])
+def top_node(plan: str) -> dict[str, Any]:
+    top: dict[str, Any] = json.loads(plan)[0]["Plan"]
+    return top
+
+
+def scanned_relations(plan: str | dict[str, Any]) -> set[str]:
+    """Every relation the plan (or the plan node) reads from the job table, index or table."""
     return {
         f"{node['Node Type']}:{node.get('Index Name', node.get('Relation Name'))}"
-        for node in nodes
+        for node in plan_nodes(top_node(plan) if isinstance(plan, str) else plan)
         if node.get("Relation Name") == "dbqueue_job"
     }
+
+
+#: The job table's alias in the candidate scan of each path of the claim.
+CLAIM_PATHS = {"plain": "p", "general": "g"}
+
+
+def claim_path_loops(plan: str) -> dict[str, int]:
+    """How often each path's candidate scan ran in an analysed claim plan (0: never executed)."""
+    return {
+        path: sum(
+            node["Actual Loops"]
+            for node in plan_nodes(top_node(plan))
+            if node.get("Relation Name") == "dbqueue_job" and node.get("Alias") == alias
+        )
+        for path, alias in CLAIM_PATHS.items()
+    }
+
+
+def subplan(plan: str, name: str) -> dict[str, Any]:
+    """The plan node of ``name`` (e.g. ``CTE shape``)."""
+    (node,) = [node for node in plan_nodes(top_node(plan)) if node.get("Subplan Name") == name]
+    return node
 
 
 @pytest.mark.postgresql
@@ -98,6 +124,31 @@ def test_claim_reads_ready_jobs_through_the_ready_index(
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
 
+@pytest.mark.postgresql
+@pytest.mark.django_db
+@pytest.mark.parametrize("prepared", [False, True])
+@pytest.mark.parametrize(("queues", "taken"), [(["mail"], "plain"), (None, "general")])
+def test_the_claim_runs_one_path_and_its_plain_path_reads_the_ready_index_in_order(
+    big_backlog: None, queues: list[str] | None, taken: str, prepared: bool
+) -> None:
+    # Three queues have ready jobs: every queue (None) takes turns, the general path.
+    params = {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0}
+    explain = generic_plan if prepared else statement_plan
+    plan = explain("claim", params, analyze=True)
+    loops = claim_path_loops(plan)
+    assert loops[taken] > 0, loops
+    assert all(count == 0 for path, count in loops.items() if path != taken), loops
+    plain = subplan(plan, "CTE plain_chosen")
+    scans = scanned_relations(plain)
+    assert scans == {"Index Scan:dbqueue_job_ready"}, scans
+    assert not any(node["Node Type"] == "Sort" for node in plan_nodes(plain)), (
+        "the ready index gives the claim order: nothing to sort"
+    )
+    probes = scanned_relations(subplan(plan, "CTE shape"))
+    assert any(scan.endswith(":dbqueue_job_serial_active") for scan in probes), probes
+    assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in probes), probes
+
+
 #: Parameter types of the worker's batched statements, for PREPARE.
 PARAMETER_TYPES = {
     "queues": "text",
@@ -114,8 +165,13 @@ EXAMPLES = {
 }
 
 
-def generic_plan(name: str) -> str:
-    """The plan a prepared statement settles on after five runs, whatever the values."""
+def explain_options(analyze: bool) -> str:
+    return "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+
+
+def generic_plan(name: str, example: dict[str, object] | None = None, analyze: bool = False) -> str:
+    """The plan a prepared statement settles on after five runs, whatever the values
+    (run with ``example`` and timed with ``analyze``)."""
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:
@@ -128,10 +184,10 @@ def generic_plan(name: str) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE generic_{name} ({types}) AS {statement}".replace("%", "%%"))
-        values = [EXAMPLES[name][n] for n in names]
+        values = [sql.adapt(connection, (example or EXAMPLES[name])[n]) for n in names]
+        arguments = ", ".join(["%s"] * len(values))
         cursor.execute(
-            f"EXPLAIN (FORMAT JSON) EXECUTE generic_{name} ({', '.join(['%s'] * len(values))})",
-            values,
+            f"EXPLAIN ({explain_options(analyze)}) EXECUTE generic_{name} ({arguments})", values
         )
         (plan,) = cursor.fetchone()
         cursor.execute(f"DEALLOCATE generic_{name}")

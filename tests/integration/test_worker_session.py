@@ -67,6 +67,11 @@ def test_a_worker_connection_runs_without_jit_and_keeps_the_server_commit_settin
     assert inside == ("off", "on")
 
 
+def test_a_worker_connection_keeps_generic_plans_for_its_prepared_statements() -> None:
+    assert in_thread(lambda: setting("plan_cache_mode")) == "auto"  # elsewhere
+    assert in_thread(inside_session(lambda: setting("plan_cache_mode"))) == "force_generic_plan"
+
+
 @override_settings(DBQUEUE={"WORKER_SYNCHRONOUS_COMMIT": False})
 def test_asynchronous_worker_commits_apply_to_worker_connections_only() -> None:
     assert in_thread(inside_session(lambda: setting("synchronous_commit"))) == "off"
