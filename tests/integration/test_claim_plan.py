@@ -197,8 +197,19 @@ def generic_plan(name: str, example: dict[str, object] | None = None, analyze: b
 # Last in the file: its backlog, rolled back, leaves the table bloated for the plans above.
 @pytest.mark.postgresql
 @pytest.mark.django_db
-def test_next_due_reads_ready_jobs_through_the_ready_index(big_backlog: None) -> None:
+def test_next_due_and_the_reapers_lock_read_their_indexes_in_custom_and_generic_plans(
+    big_backlog: None,
+) -> None:
+    """The worker's connections keep generic plans (``plan_cache_mode``): these must hold too."""
     for queues in (["mail"], ["default", "mail"], None):
-        scans = scanned_relations(statement_plan("next_due", {"queues": queues}))
-        assert scans, f"next_due reads no job rows for {queues}"
-        assert all(scan.endswith(":dbqueue_job_ready") for scan in scans), (queues, scans)
+        for scans in (
+            scanned_relations(statement_plan("next_due", {"queues": queues})),
+            scanned_relations(generic_plan("next_due", {"queues": queues})),
+        ):
+            assert scans, f"next_due reads no job rows for {queues}"
+            assert all(scan.endswith(":dbqueue_job_ready") for scan in scans), (queues, scans)
+    for scans in (
+        scanned_relations(statement_plan("lock_expired", {"limit": 100})),
+        scanned_relations(generic_plan("lock_expired", {"limit": 100})),
+    ):
+        assert scans == {"Index Scan:dbqueue_job_running_lease"}, scans
