@@ -315,7 +315,10 @@ def test_worker_survives_terminated_connections_while_500_jobs_flow(
     wait_until(lambda: all_in_state(jobs, JobState.SUCCEEDED), WAIT, "all 500 jobs succeeded")
     assert worker.process.poll() is None, worker.log()
     log = worker.log()
-    assert "database unavailable" in log or "not written yet" in log
+    # A loop whose connection was terminated says so once (then recovers); a job outcome
+    # whose write met it says it is not written yet.
+    noticed = ("failed (server unavailable)", "failed (connection lost)", "not written yet")
+    assert any(line in log for line in noticed), log
     reruns = assert_every_job_ran_and_each_rerun_is_explained(jobs)
     logger.info(f"jobs run more than once (explained by their history): {reruns}")
 
