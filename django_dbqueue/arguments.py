@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
+#: How many call shapes that bind are remembered per task (``Task.binding_shapes``).
+#: Binding looks at nothing but a call's shape (how many positional arguments, which
+#: keywords), never at the values, so a shape that bound once binds every time; refused
+#: shapes are never kept, so every refusal names its problems anew.
+BINDING_SHAPES = 64
+
 
 def encode_calls(task: Task[..., Any], calls: list[Call], limit: int | None = None) -> str:
     """The calls as one JSON array of ``{"args", "kwargs"}``; refuses what cannot bind or encode.
@@ -32,10 +38,14 @@ def encode_calls(task: Task[..., Any], calls: list[Call], limit: int | None = No
     if limit is None:
         limit = conf.get().max_args_bytes
     leading = 1 if task.options.takes_context else 0
-    signature = task.signature
+    signature, binding = task.signature, task.binding_shapes
     for position, (args, kwargs) in enumerate(calls):
         where = call_name(task, calls, position)
-        check_binds(where, signature, args, kwargs, leading=leading)
+        shape = (len(args), *kwargs)
+        if shape not in binding:
+            check_binds(where, signature, args, kwargs, leading=leading)
+            if len(binding) < BINDING_SHAPES:
+                binding.add(shape)
         check_arguments(where, args, kwargs)
     try:
         text = jsontext.dumps([{"args": list(args), "kwargs": kwargs} for args, kwargs in calls])

@@ -84,17 +84,16 @@ class Shape:
     spec: JobSpec
     #: The statement's parameters but for ``rows`` and ``notify``.
     params: dict[str, Any]
-    #: A job's column values in ``job_columns()`` order, its own ones left ``None``.
-    template: list[Any]
+    #: Every column a job of this spec starts with, by attname, its own ones left ``None``.
+    columns: dict[str, Any]
 
     @classmethod
     def of(cls, spec: JobSpec, cfg: conf.QueueSettings) -> Shape:
         shared = {**FRESH_COLUMNS, **vars(spec)}
-        columns, _ = job_columns()
         return cls(
             spec=spec,
             params={**vars(spec), "channel": cfg.notify_channel},
-            template=[shared.get(column) for column in columns],
+            columns={column: shared.get(column) for column in job_columns()},
         )
 
 
@@ -292,42 +291,41 @@ def subject_columns(subject: models.Model | None) -> tuple[int | None, str | Non
 
 
 @functools.cache
-def job_columns() -> tuple[list[str], dict[str, int]]:
-    """The job table's columns as ``Model.from_db`` takes them, and each one's position."""
-    columns = [field.attname for field in Job._meta.concrete_fields]
-    return columns, {column: index for index, column in enumerate(columns)}
+def job_columns() -> tuple[str, ...]:
+    """The job table's columns, by the attnames ``Job`` instances hold them under."""
+    return tuple(field.attname for field in Job._meta.concrete_fields)
 
 
 def built_jobs(alias: str, shape: Shape, calls: list[Call], rows: list[sql.Row]) -> list[Job]:
     """The ``Job`` instances of inserted rows (``id, created_at, run_at``), without reading them.
 
-    Each is built with ``Model.from_db``, as a query would build it: every
-    column given, in order, from the shape's columns and the row's own. Rows
-    of one statement share their timestamps, so a row may leave them ``NULL``
-    after the first (lowest id); each distinct one is converted once.
+    Each is the instance a query would return (``Job.loaded``): every column
+    given, from the shape's columns and the row's own. Rows of one statement
+    share their timestamps, so a row may leave them ``NULL`` after the first
+    (lowest id); each distinct one is converted once.
     """
-    columns, position = job_columns()
-    at_id, at_args, at_kwargs = position["id"], position["args"], position["kwargs"]
-    at_errors, at_created, at_run = position["errors"], position["created_at"], position["run_at"]
     # Ids grow in input order; RETURNING order is not promised everywhere.
     if len(rows) > 1:
         rows = sorted(rows, key=lambda row: row["id"])
     converted: dict[object, datetime] = {}
     created_at = run_at = None
-    jobs = []
+    columns = []
     for (args, kwargs), row in zip(calls, rows, strict=True):
         if row["created_at"] is not None:
             created_at = timestamp(converted, row["created_at"])
             run_at = timestamp(converted, row["run_at"])
-        values = shape.template.copy()
-        values[at_id] = row["id"]
-        values[at_args] = list(args)
-        values[at_kwargs] = dict(kwargs)
-        values[at_errors] = []
-        values[at_created] = created_at
-        values[at_run] = run_at
-        jobs.append(Job.from_db(alias, columns, values))
-    return jobs
+        columns.append(
+            {
+                **shape.columns,
+                "id": row["id"],
+                "args": list(args),
+                "kwargs": dict(kwargs),
+                "errors": [],
+                "created_at": created_at,
+                "run_at": run_at,
+            }
+        )
+    return Job.loaded(alias, columns)
 
 
 def timestamp(converted: dict[object, datetime], value: object) -> datetime:

@@ -88,6 +88,11 @@ class Task(Generic[P, R]):
     def signature(self) -> inspect.Signature:
         return inspect.signature(self.func)
 
+    @functools.cached_property
+    def binding_shapes(self) -> set[tuple[object, ...]]:
+        """Call shapes seen to bind: ``(positional count, *keyword names)``; see ``arguments``."""
+        return set()
+
     def bind(
         self, args: Sequence[Any], kwargs: dict[str, Any], context: object = None
     ) -> inspect.BoundArguments:

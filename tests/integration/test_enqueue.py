@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
-from django.db.models.signals import post_save
+from django.db.models.signals import post_init, post_save
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -366,6 +366,38 @@ class TestReturnedJob:
         assert (job.args, job.kwargs) == (args, kwargs)
         assert_matches_row(job)
 
+    def test_returned_jobs_are_the_instances_a_query_builds(self) -> None:
+        jobs = send_invoice.using(subject=Order.objects.create()).enqueue_many([((1,), {})] * 3)
+        for job in jobs:
+            assert_built_as_by_a_query(job)
+            job.priority = 9
+            job.save(update_fields=["priority"])  # an ordinary instance: saving updates its row
+            assert Job.objects.get(pk=job.pk).priority == 9
+
+    def test_with_init_receivers_connected_each_returned_job_goes_through_them(self) -> None:
+        seen: list[Job] = []
+
+        def receiver(sender: type[Job], instance: Job, **_: Any) -> None:
+            seen.append(instance)
+
+        post_init.connect(receiver, sender=Job)
+        try:
+            jobs = noop.enqueue_many([((), {})] * 2)
+        finally:
+            post_init.disconnect(receiver, sender=Job)
+        assert seen == jobs
+        for job in jobs:
+            assert_built_as_by_a_query(job)
+
+
+def assert_built_as_by_a_query(job: Job) -> None:
+    """``job`` holds what ``Job.objects.get`` builds for its row, attribute for attribute."""
+    read = Job.objects.get(pk=job.pk)
+    ours, theirs = dict(vars(job)), dict(vars(read))
+    state, read_state = ours.pop("_state"), theirs.pop("_state")
+    assert ours == theirs
+    assert (state.adding, state.db) == (read_state.adding, read_state.db) == (False, "default")
+
 
 # --- Scheduling ----------------------------------------------------------------------------
 
@@ -543,6 +575,19 @@ class TestShapes:
         assert not Job.objects.exists()
         settings.DBQUEUE = {"QUEUES": ["default", "mail"]}
         assert send_invoice.enqueue(1).queue == "mail"
+
+    def test_a_call_shape_that_did_not_bind_is_refused_with_its_problems_every_time(
+        self,
+    ) -> None:
+        assert send_invoice.enqueue(1, copy=True).args == [1]
+        for _ in range(2):
+            with pytest.raises(InvalidJob, match="missing argument 'order_id'"):
+                send_invoice.enqueue(copy=True)  # type: ignore[call-arg]  # the call under test is wrong
+            with pytest.raises(InvalidJob, match="unexpected keyword argument 'kopy'"):
+                send_invoice.enqueue(1, kopy=True)  # type: ignore[call-arg]  # the call under test is wrong
+        assert (1, "copy") in send_invoice.binding_shapes
+        assert (0, "copy") not in send_invoice.binding_shapes
+        assert Job.objects.count() == 1
 
     def test_arguments_are_checked_on_every_call_of_a_known_shape(self) -> None:
         assert send_invoice.enqueue(1).args == [1]
