@@ -1,10 +1,14 @@
 """Side by side with pgqueuer (``--compare pgqueuer``): the same drain, interleaved rounds, medians.
 
-Each round drains ``sizes.drain_jobs`` no-op jobs three ways, one after the
-other: ``runworkers --burst`` at its best configuration on 2 cores (2
-processes x 32 threads), pgqueuer at its best (2 processes, batch 50, asyncpg)
-and the raw claim/complete SQL (batch 50, one connection). The figures are the
-medians of the rounds, so other work on the machine weighs on all three alike.
+Each round drains ``sizes.drain_jobs`` no-op jobs five ways, one after the
+other: ``runworkers --burst`` and pgqueuer each at two sizes, and the raw
+claim/complete SQL (batch 50, one connection). The sizes: ours at 2 processes
+x 32 threads (the issue's configuration) and x 256 threads; pgqueuer
+(asyncpg) at 2 processes with batch 50 (the issue's) and batch 500. A claim
+fills free slots only, so our batch is the thread count, as pgqueuer's is its
+``batch_size``; on 2 cores both drain fastest with large batches, so each is
+also measured there. The figures are the medians of the rounds, so other work
+on the machine weighs on all alike.
 
 Rates are jobs over the span from the first job started to the last one done:
 for ``runworkers`` by the database clock (as every drain here), for pgqueuer
@@ -36,8 +40,14 @@ from benchmarks.timing import timed
 
 T = TypeVar("T")
 
-OURS = drain.Drain("compare_drain_ours", 2, 32, raw="compare_drain_raw")
+#: Ours at the issue's configuration, and with large batches (``_wide``).
+OURS = {
+    "ours": drain.Drain("compare_drain_ours", 2, 32, raw="compare_drain_raw"),
+    "ours_wide": drain.Drain("compare_drain_ours_wide", 2, 256, raw="compare_drain_raw"),
+}
 PGQUEUER_PROCESSES = 2
+#: pgqueuer's ``batch_size``: the issue's best (50), and large batches (``_wide``).
+PGQUEUER_BATCHES = {"pgqueuer": 50, "pgqueuer_wide": 500}
 RAW_BATCH = 50
 
 
@@ -59,20 +69,30 @@ def run(session: Session) -> None:
     from benchmarks import pgq  # the bench extra: imported only when comparing
 
     pgq.setup(session.url)
-    startup = {"ours": measured(session, functools.partial(ours_on_empty_queue, session))[1]}
-    pgq.seed(session.url, 0)
-    startup["pgqueuer"] = measured(session, functools.partial(pgqueuer_workers, session))[1]
+    startup = {
+        who: measured(session, functools.partial(ours_on_empty_queue, session, drainer))[1]
+        for who, drainer in OURS.items()
+    }
+    for who, batch in PGQUEUER_BATCHES.items():
+        pgq.seed(session.url, 0)
+        startup[who] = measured(session, functools.partial(pgqueuer_workers, session, batch))[1]
+    sides: dict[str, Callable[[], tuple[float, Split]]] = {
+        **{who: functools.partial(ours, session, drainer) for who, drainer in OURS.items()},
+        **{who: functools.partial(pgqueuer, session, b) for who, b in PGQUEUER_BATCHES.items()},
+    }
     rounds: dict[str, list[tuple[float, Split]]] = defaultdict(list)
     for _ in range(session.sizes.rounds):
-        rate, split = ours(session)
-        rounds["ours"].append((rate, split - startup["ours"]))
-        rate, split = pgqueuer(session)
-        rounds["pgqueuer"].append((rate, split - startup["pgqueuer"]))
+        for who, side in sides.items():
+            rate, split = side()
+            rounds[who].append((rate, split - startup[who]))
         rounds["raw"].append(raw_drain(session))
+    pgqueuer_name = f"compare: pgqueuer {version('pgqueuer')}, {PGQUEUER_PROCESSES} processes"
     labels = {
-        "ours": f"compare: django_dbqueue, {OURS.label.removeprefix('drain: ')}",
-        "pgqueuer": f"compare: pgqueuer {version('pgqueuer')}, {PGQUEUER_PROCESSES} processes, "
-        f"batch {pgq.BATCH_SIZE}",
+        **{
+            who: f"compare: django_dbqueue, {drainer.label.removeprefix('drain: ')}"
+            for who, drainer in OURS.items()
+        },
+        **{who: f"{pgqueuer_name}, batch {b}" for who, b in PGQUEUER_BATCHES.items()},
         "raw": f"compare: raw claim+complete SQL, batch {RAW_BATCH}, 1 connection",
     }
     for who, measured_rounds in rounds.items():
@@ -121,35 +141,37 @@ def measured(session: Session, action: Callable[[], T]) -> tuple[T, Split]:
     return value, Split(worker, backends.seconds)
 
 
-def ours(session: Session) -> tuple[float, Split]:
+def ours(session: Session, drainer: drain.Drain) -> tuple[float, Split]:
     """One ``runworkers --burst`` drain of freshly seeded jobs: its rate and CPU."""
     ids = drain.seeded(session, session.sizes.drain_jobs)
+    deadline = session.sizes.drain_deadline
     result, split = measured(
-        session, functools.partial(drain.measure, session, OURS, ids, session.sizes.drain_deadline)
+        session, functools.partial(drain.measure, session, drainer, ids, deadline)
     )
     if result.details["succeeded"] != ids.count:
         raise RuntimeError(f"runworkers ran {result.details['succeeded']} of {ids.count} jobs")
     return result.value, split
 
 
-def ours_on_empty_queue(session: Session) -> None:
-    """Start and stop ``OURS``'s workers with nothing to do (their start-up CPU)."""
+def ours_on_empty_queue(session: Session, drainer: drain.Drain) -> None:
+    """Start and stop ``drainer``'s workers with nothing to do (their start-up CPU)."""
     database.reset(session.harness)
-    env = workers.environment(session.url, OURS.conn_max_age, OURS.settings)
-    args = ["--burst", "--concurrency", str(OURS.concurrency)]
-    with workers.started(OURS.processes, args, env, session.logs / "compare_empty") as running:
+    env = workers.environment(session.url, drainer.conn_max_age, drainer.settings)
+    args = ["--burst", "--concurrency", str(drainer.concurrency)]
+    logs = session.logs / "compare_empty"
+    with workers.started(drainer.processes, args, env, logs) as running:
         if not workers.wait_all(running, time.monotonic() + session.sizes.drain_deadline):
             raise workers.WorkerFailed("runworkers --burst did not exit on an empty queue")
 
 
-def pgqueuer(session: Session) -> tuple[float, Split]:
-    """One pgqueuer drain of freshly seeded jobs: its rate and CPU."""
+def pgqueuer(session: Session, batch: int) -> tuple[float, Split]:
+    """One pgqueuer drain of freshly seeded jobs in batches of ``batch``: its rate and CPU."""
     from benchmarks import pgq
 
     count = session.sizes.drain_jobs
     pgq.seed(session.url, count)
     session.harness.execute("VACUUM (ANALYZE) pgqueuer")
-    reports, split = measured(session, functools.partial(pgqueuer_workers, session))
+    reports, split = measured(session, functools.partial(pgqueuer_workers, session, batch))
     ran = sum(int(report["jobs"]) for report in reports)
     if ran != count:
         raise RuntimeError(f"pgqueuer ran {ran} of {count} jobs")
@@ -158,9 +180,9 @@ def pgqueuer(session: Session) -> tuple[float, Split]:
     return count / span, split
 
 
-def pgqueuer_workers(session: Session) -> list[dict[str, object]]:
+def pgqueuer_workers(session: Session, batch: int) -> list[dict[str, object]]:
     """Run pgqueuer's worker processes until the queue is empty; what each reports."""
-    command = [sys.executable, "-m", "benchmarks.pgq", session.url]
+    command = [sys.executable, "-m", "benchmarks.pgq", session.url, "--batch-size", str(batch)]
     processes = [
         subprocess.Popen(command, cwd=workers.ROOT, stdout=subprocess.PIPE, text=True)
         for _ in range(PGQUEUER_PROCESSES)

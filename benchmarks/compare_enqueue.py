@@ -6,8 +6,10 @@ a warm-up: one job per autocommit transaction (``sizes.enqueue_one`` jobs),
 and bulk calls of ``PER_CALL`` jobs (``sizes.enqueue_bulk`` jobs: raw
 multi-row inserts, ``enqueue_many``, pgqueuer's batch ``enqueue``). The
 figures are the medians of ``sizes.rounds`` rounds, so other work on the
-machine weighs on all three alike. Ours runs on Django's defaults
-(``CONN_MAX_AGE=0``, no prepared statements).
+machine weighs on all alike. Ours runs on Django's defaults
+(``CONN_MAX_AGE=0``, no prepared statements), and again with prepared
+statements allowed (``OPTIONS["prepare_threshold"]``), as raw psycopg and
+asyncpg prepare theirs.
 """
 
 from __future__ import annotations
@@ -90,12 +92,17 @@ def run(session: Session) -> None:
                 rounds[shape.key, "raw"].append(enqueue.measure(session, count, raw_action))
                 with enqueue.django_connection(0):
                     rounds[shape.key, "ours"].append(enqueue.measure(session, count, shape.ours))
+                with enqueue.django_connection(0, enqueue.PREPARE_THRESHOLD):
+                    rounds[shape.key, "ours_prepared"].append(
+                        enqueue.measure(session, count, shape.ours)
+                    )
                 pgq.seed(session.url, 0)
                 rounds[shape.key, "pgqueuer"].append(count / shape.pgqueuer(session.url, count))
     database.reset(session.harness)
     names = {
         "raw": "raw psycopg INSERT + pg_notify",
         "ours": "django_dbqueue",
+        "ours_prepared": "django_dbqueue, prepared statements allowed",
         "pgqueuer": f"pgqueuer {version('pgqueuer')}",
     }
     for shape in shapes():

@@ -80,6 +80,14 @@ TARGETS = (
     Target("compare_cpu_ours_worker", "≤ 40 µs", at_most=40.0),
     Target("compare_cpu_ours_postgres", "≤ 30 µs", at_most=30.0),
     Target(
+        "compare_drain_ours_wide",
+        "≥ 1.0x pgqueuer batch 500",
+        ("compare_drain_pgqueuer_wide",),
+        at_least=1.0,
+    ),
+    Target("compare_cpu_ours_wide_worker", "≤ 40 µs", at_most=40.0),
+    Target("compare_cpu_ours_wide_postgres", "≤ 30 µs", at_most=30.0),
+    Target(
         "compare_enqueue_autocommit_ours",
         "≥ 1.2x pgqueuer",
         ("compare_enqueue_autocommit_pgqueuer",),
@@ -90,6 +98,12 @@ TARGETS = (
         "≥ 75% of raw",
         ("compare_enqueue_autocommit_raw",),
         at_least=0.75,
+    ),
+    Target(
+        "compare_enqueue_autocommit_ours_prepared",
+        "≥ 1.2x pgqueuer",
+        ("compare_enqueue_autocommit_pgqueuer",),
+        at_least=1.2,
     ),
     Target(
         "compare_enqueue_bulk_ours",

@@ -72,21 +72,30 @@ BENCHMARKS = {
 }
 
 WHO = ("ours", "pgqueuer", "raw")
+#: Who drains side by side: the same three, ours and pgqueuer also with large batches.
+DRAINERS = ("ours", "ours_wide", "pgqueuer", "pgqueuer_wide", "raw")
 #: What ``--compare pgqueuer`` adds: each drain's rate and its CPU split per job, each
 #: enqueue shape's rate, and the idle pickup percentiles, for ours, pgqueuer and raw.
 COMPARED = {
-    f"compare_{figure}_{who}{side}"
-    for who in WHO
-    for figure, side in (
-        ("drain", ""),
-        ("cpu", "_worker"),
-        ("cpu", "_postgres"),
-        ("enqueue_autocommit", ""),
-        ("enqueue_bulk", ""),
-        ("pickup", "_p50"),
-        ("pickup", "_p95"),
-        ("pickup", "_max"),
-    )
+    *(
+        f"compare_{figure}_{who}{side}"
+        for who in DRAINERS
+        for figure, side in (("drain", ""), ("cpu", "_worker"), ("cpu", "_postgres"))
+    ),
+    *(
+        f"compare_enqueue_{shape}_{who}"
+        for who in (*WHO, "ours_prepared")
+        for shape in ("autocommit", "bulk")
+    ),
+    *(
+        f"compare_{figure}_{who}{side}"
+        for who in WHO
+        for figure, side in (
+            ("pickup", "_p50"),
+            ("pickup", "_p95"),
+            ("pickup", "_max"),
+        )
+    ),
 }
 
 #: What ``--pooler`` adds: the drains directly and through PgBouncer, and their CPU per job.
@@ -161,7 +170,7 @@ def test_quick_compare_enqueues_drains_and_picks_up_side_by_side_with_pgqueuer(
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads(output.read_text())["results"]
     assert set(results) == COMPARED
-    drains = {who: results[f"compare_drain_{who}"] for who in WHO}
+    drains = {who: results[f"compare_drain_{who}"] for who in DRAINERS}
     assert all(drain["value"] > 0 for drain in drains.values()), drains
     assert all(drain["n"] == 2_000 for drain in drains.values()), drains
     figures = {key: results[key]["value"] for key in COMPARED}
