@@ -15,7 +15,6 @@ class DbQueueConfig(AppConfig):
     def ready(self) -> None:
         from django_dbqueue import (
             checks,  # noqa: F401 - registers the system checks.
-            runnable,
             signals,
             testing,
         )
@@ -27,9 +26,4 @@ class DbQueueConfig(AppConfig):
         # reads the setting on every commit, so override_settings switches it on and off.
         signals.jobs_committed.connect(
             testing.run_committed_jobs, dispatch_uid="django_dbqueue.testing.run_committed_jobs"
-        )
-        # Jobs of the django.tasks backend report their final outcome as the framework's
-        # task_finished too.
-        signals.job_finished.connect(
-            runnable.send_task_finished, dispatch_uid="django_dbqueue.runnable.send_task_finished"
         )

@@ -78,9 +78,17 @@ def backoff_for(task: str, backend: str | None) -> Backoff:
         return conf.get().backoff
 
 
-def call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call ``function`` with ``args`` and ``kwargs``; a coroutine function runs to the end here."""
-    if inspect.iscoroutinefunction(function):
+def call(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    coroutine: bool | None = None,
+) -> Any:
+    """Call ``function`` with ``args`` and ``kwargs``; a coroutine function runs to the end here.
+
+    ``coroutine`` says whether ``function`` is one, when the caller knows.
+    """
+    if inspect.iscoroutinefunction(function) if coroutine is None else coroutine:
         return async_to_sync(function)(*args, **kwargs)
     return function(*args, **kwargs)
 
@@ -106,7 +114,7 @@ class NativeRunnable:
     def prepare(self, lease: Lease, context: JobContext) -> Callable[[], Any]:
         """The job's call, ready to run; raises ``TypeError`` when the arguments do not fit."""
         args, kwargs = self.task.arguments(lease.args, lease.kwargs, context)
-        return functools.partial(call, self.task.func, args, kwargs)
+        return functools.partial(call, self.task.func, args, kwargs, self.task.is_coroutine)
 
 
 @dataclass(frozen=True)
@@ -170,14 +178,14 @@ def backend_named(alias: str | None) -> framework.DatabaseQueueBackend:
     return backend
 
 
-def send_task_finished(lease: Lease, outcome: str, **_: Any) -> None:
-    """Translate ``job_finished`` into the framework's ``task_finished`` with the stored result.
+def send_task_finished(lease: Lease, outcome: str) -> None:
+    """Follow ``job_finished`` with the framework's ``task_finished``, with the stored result.
 
     Sent once per job, when its result is final (``SUCCESSFUL`` or ``FAILED``):
     an attempt that will be retried (``outcome="retried"``) sends nothing. The
     worker announces a failure inside the handler of its exception, so
     ``task_finished`` receivers find it in ``sys.exc_info()``, as Django's own
-    receiver expects. Connected in ``DbQueueConfig.ready``.
+    receiver expects. The worker's reporter calls it after ``job_finished``.
     """
     if lease.backend is None or outcome == "retried":
         return

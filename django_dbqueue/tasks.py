@@ -89,6 +89,11 @@ class Task(Generic[P, R]):
         return inspect.signature(self.func)
 
     @functools.cached_property
+    def is_coroutine(self) -> bool:
+        """Whether the function is ``async def`` (the worker then runs it to the end itself)."""
+        return inspect.iscoroutinefunction(self.func)
+
+    @functools.cached_property
     def binding_shapes(self) -> set[tuple[object, ...]]:
         """Call shapes seen to bind: ``(positional count, *keyword names)``; see ``arguments``."""
         return set()

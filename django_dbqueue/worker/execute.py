@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -117,6 +117,26 @@ def resolve(lease: leases.Lease) -> Resolved:
         return runnable.resolve(lease.task, lease.backend)
     except Exception as exc:  # noqa: BLE001 - execute() raises it again and records why it failed.
         return exc
+
+
+def resolve_all(claimed: Sequence[leases.Lease]) -> list[Resolved]:
+    """``resolve`` for each of a claim's jobs, in order, each task and backend looked up once.
+
+    A runnable holds nothing of one job, so the jobs of a task share it. A
+    failure is resolved again for each job: no two jobs share an exception (a
+    raised exception collects its traceback), so each records its own.
+    """
+    found: dict[tuple[str, str | None], Resolved] = {}
+    resolved = []
+    for lease in claimed:
+        key = (lease.task, lease.backend)
+        task = found.get(key)
+        if task is None:
+            task = resolve(lease)
+            if not isinstance(task, Exception):
+                found[key] = task
+        resolved.append(task)
+    return resolved
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import connections
 
-from django_dbqueue import signals
+from django_dbqueue import runnable, signals
 from django_dbqueue.leases import Lease
 from django_dbqueue.models import Job
 from django_dbqueue.worker.connections import close_old_connections
@@ -87,10 +87,23 @@ def log_lines(finished: Sequence[Finished], code: str = "") -> None:
 
 
 def signal_finished(lease: Lease, outcome: Outcome) -> None:
-    """Send ``signals.job_finished`` for an outcome written to the job (``RECORDED``)."""
-    if outcome in RECORDED:
-        # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
-        signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
+    """Send ``signals.job_finished`` for an outcome written to the job (``RECORDED``).
+
+    For a job of a ``django.tasks`` backend the framework's ``task_finished``
+    follows (``runnable.send_task_finished``). Called here rather than
+    connected as a receiver, so that while nobody listens to ``job_finished``
+    the signal costs nothing. A failure of either is logged; the worker goes on.
+    """
+    if outcome not in RECORDED:
+        return
+    # send_robust: Django logs a failing receiver ("django.dispatch"); the worker goes on.
+    signals.job_finished.send_robust(sender=Job, lease=lease, outcome=outcome.value)
+    if lease.backend is None:
+        return
+    try:
+        runnable.send_task_finished(lease, outcome.value)
+    except Exception:  # What send_robust did for it: log it, go on.
+        log.exception("task_finished for job %s could not be sent", lease.job_id)
 
 
 class OutcomeReporter(threading.Thread):

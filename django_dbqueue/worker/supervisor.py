@@ -34,7 +34,7 @@ from django_dbqueue.worker.budget import ConnectionBudget, connection_budget
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
 from django_dbqueue.worker.counters import WorkerCounters
-from django_dbqueue.worker.execute import Resolved, execute, resolve
+from django_dbqueue.worker.execute import Resolved, execute, resolve_all
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener, listen_alias
 from django_dbqueue.worker.live import LiveJobs
@@ -278,7 +278,10 @@ class Worker:
     def _start_jobs(self, claimed: list[leases.Lease]) -> None:
         """Hand a claim's jobs to the slots, each task resolved once; live (renewed) first."""
         self.counters.add("claimed", len(claimed))
-        jobs = [(JobContext(lease), resolve(lease)) for lease in claimed]
+        jobs = [
+            (JobContext(lease), task)
+            for lease, task in zip(claimed, resolve_all(claimed), strict=True)
+        ]
         self.live.add(
             (context, None if isinstance(task, Exception) else task.timeout)
             for context, task in jobs

@@ -302,6 +302,26 @@ class TestSignals:
             task_finished.disconnect(record)
         assert handled == {"FAILED": ValueError, "SUCCESSFUL": None}
 
+    def test_a_task_finished_receiver_that_raises_is_logged_and_the_worker_goes_on(
+        self, backend: DatabaseQueueBackend, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        def broken(**_: Any) -> None:
+            raise RuntimeError("the APM agent is down")
+
+        task_finished.connect(broken, weak=False, dispatch_uid="test-broken")
+        try:
+            first = backend_tasks.add.enqueue(1, 2)
+            second = backend_tasks.add.enqueue(3, 4)
+            with caplog.at_level(logging.ERROR, logger="django_dbqueue"):
+                run_worker()
+        finally:
+            task_finished.disconnect(dispatch_uid="test-broken")
+        statuses = [backend_tasks.add.get_result(r.id).status for r in (first, second)]
+        assert statuses == [TaskResultStatus.SUCCESSFUL] * 2
+        failures = [r for r in caplog.records if "task_finished for job" in r.getMessage()]
+        assert len(failures) == 2
+        assert all(r.exc_info and "APM agent" in str(r.exc_info[1]) for r in failures)
+
     def test_djangos_own_receiver_logs_the_failure_with_its_traceback(
         self, backend: DatabaseQueueBackend, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -61,7 +61,9 @@ class TestWorkerInProcess:
         assert worker.counters.snapshot()["claimed"] == 30
         assert worker.counters.snapshot()["succeeded"] == 30
 
-    def test_each_job_s_task_is_resolved_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_a_claim_resolves_each_task_once_and_each_failure_for_its_own_job(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         real = runnable.resolve
         resolved: list[str] = []
 
@@ -71,11 +73,12 @@ class TestWorkerInProcess:
 
         monkeypatch.setattr(runnable, "resolve", counted)
         tasks.noop.enqueue_many([((), {})] * 3)
-        JobFactory(task="tests.jobs.tasks.no_such_task")
-        Worker(WorkerOptions(burst=True, concurrency=2)).run()
+        JobFactory.create_batch(2, task="tests.jobs.tasks.no_such_task")
+        Worker(WorkerOptions(burst=True, concurrency=8)).run()  # one claim takes all five
         assert Job.objects.succeeded().count() == 3
-        assert Job.objects.get(state=JobState.DEAD).last_error_code == TASK_NOT_FOUND
-        assert len(resolved) == 4
+        dead = Job.objects.filter(state=JobState.DEAD)
+        assert [job.last_error_code for job in dead] == [TASK_NOT_FOUND] * 2
+        assert sorted(resolved) == ["tests.jobs.tasks.no_such_task"] * 2 + ["tests.jobs.tasks.noop"]
 
     def test_outcomes_are_counted(self) -> None:
         tasks.noop.enqueue()
