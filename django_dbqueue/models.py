@@ -129,8 +129,14 @@ class Job(models.Model):
     dedupe_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     # Jobs sharing a serial key run one at a time, in enqueue (id) order.
     serial_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # Indexed by dbqueue_job_subject, which it leads: no index of its own to update per write.
     subject_type = models.ForeignKey(
-        ContentType, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        ContentType,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
     )
     subject_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     subject = GenericForeignKey("subject_type", "subject_id")
@@ -194,7 +200,14 @@ class Job(models.Model):
                 condition=Q(state=JobState.RUNNING),
                 name="dbqueue_job_running_lease",
             ),
-            models.Index(fields=("finished_at",), name="dbqueue_job_finished"),
+            # Partial, as is dbqueue_job_subject: a row version gets an entry in these only
+            # once it has a value, not on every enqueue and claim (every query here asks for
+            # a value: a time range, a subject).
+            models.Index(
+                fields=("finished_at",),
+                condition=Q(finished_at__isnull=False),
+                name="dbqueue_job_finished",
+            ),
             # The admin's dead-letter list (newest first), its filter choices and the dead
             # counts of the health summary, by index-only scans of the few dead rows.
             models.Index(
@@ -209,7 +222,11 @@ class Job(models.Model):
                 condition=~Q(last_error_code=""),
                 name="dbqueue_job_error_code",
             ),
-            models.Index(fields=("subject_type", "subject_id"), name="dbqueue_job_subject"),
+            models.Index(
+                fields=("subject_type", "subject_id"),
+                condition=Q(subject_type__isnull=False),
+                name="dbqueue_job_subject",
+            ),
             models.Index(
                 fields=("serial_key", "id"),
                 condition=Q(state__in=ACTIVE_STATES, serial_key__isnull=False),

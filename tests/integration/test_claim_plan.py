@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from django_dbqueue import sql
+from django_dbqueue.models import TERMINAL_STATES, Job
+from tests.testapp.models import Order
 
 BACKLOG = 100_000
 
@@ -213,3 +219,44 @@ def test_next_due_and_the_reapers_lock_read_their_indexes_in_custom_and_generic_
         scanned_relations(generic_plan("lock_expired", {"limit": 100})),
     ):
         assert scans == {"Index Scan:dbqueue_job_running_lease"}, scans
+
+
+def orm_plans(queryset: QuerySet[Any]) -> list[str]:
+    """A queryset's plan as Django runs it, and the generic plan the worker's connections use."""
+    statement, params = queryset.query.sql_with_params()
+    numbered = iter(range(1, len(params) + 1))
+    prepared = re.sub(r"%s", lambda _: f"${next(numbered)}", statement)
+    arguments = ", ".join(["%s"] * len(params))
+    plans = []
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}", params)
+        plans.append(json.dumps(cursor.fetchone()[0]))
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE generic_orm AS {prepared}".replace("%", "%%"))
+        cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE generic_orm ({arguments})", params)
+        plans.append(json.dumps(cursor.fetchone()[0]))
+        cursor.execute("DEALLOCATE generic_orm")
+    return plans
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db
+def test_the_purge_and_subject_lookups_read_their_partial_indexes_in_custom_and_generic_plans(
+    big_backlog: None,
+) -> None:
+    """The finished and subject indexes hold only rows with a value; every lookup names one."""
+    old = Job.objects.filter(
+        state__in=TERMINAL_STATES, finished_at__lt=timezone.now() - timedelta(days=7)
+    )
+    locked = old.order_by("finished_at").select_for_update(skip_locked=True)  # as purge() locks
+    order = ContentType.objects.get_for_model(Order)
+    lookups = {
+        "dbqueue_job_finished": locked.values_list("pk", flat=True)[:1000],
+        "dbqueue_job_subject": Job.objects.filter(subject_type=order, subject_id="7"),
+    }
+    for index, queryset in lookups.items():
+        for plan in orm_plans(queryset):
+            assert {scan.split(":")[1] for scan in scanned_relations(plan)} == {index}, plan
+    # What on_delete=PROTECT asks before a content type goes: the subject index leads with it.
+    for plan in orm_plans(Job.objects.filter(subject_type=order)[:1]):
+        assert {scan.split(":")[1] for scan in scanned_relations(plan)} == {"dbqueue_job_subject"}

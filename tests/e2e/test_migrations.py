@@ -1,0 +1,111 @@
+"""Migrating a job table that is in use: enqueues go on while PostgreSQL rebuilds indexes.
+
+Migration 0007 replaces two indexes with ``CREATE INDEX CONCURRENTLY``. The test
+makes the build wait, by holding a transaction that has written to the table, and
+enqueues meanwhile: a plain ``CREATE INDEX`` would queue its table lock behind that
+transaction and every later write behind the lock, so the enqueue would wait too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from django.db import connection
+
+from tests.e2e.conftest import ROOT
+from tests.waiting import WAIT, wait_until
+
+INSERT_JOB = """
+    INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at, attempts,
+        max_attempts, lease_token, lease_seconds, created_at, last_worker_id,
+        last_error_code, last_error, errors)
+    VALUES ('default', 'tests.jobs.tasks.noop', '[]', '{}', 'ready', 0, now(), 0, 3, 0, 60,
+        now(), '', '', '', '[]')
+"""
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    """A database of the test's own on the test server, dropped afterwards."""
+    settings = connection.settings_dict
+    name = f"dbqueue_migrate_{uuid.uuid4().hex[:8]}"
+    server = f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT']}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def migrate(url: str, *target: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "migrate", "-v0", *target],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen[str]) -> str:
+    output, _ = process.communicate(timeout=WAIT)
+    assert process.returncode == 0, output
+    return output
+
+
+def test_migration_0007_rebuilds_its_indexes_while_jobs_are_enqueued(database_url: str) -> None:
+    finished(migrate(database_url, "django_dbqueue", "0006"))
+    with (
+        psycopg.connect(database_url) as writer,
+        psycopg.connect(database_url, autocommit=True) as observer,
+    ):
+        writer.execute(INSERT_JOB)  # a write in flight: the index build must wait for it
+        migration = migrate(database_url)
+        try:
+            wait_until(
+                lambda: observer.execute(
+                    "SELECT 1 FROM pg_stat_progress_create_index p "
+                    "JOIN pg_class c ON c.oid = p.relid WHERE c.relname = 'dbqueue_job' "
+                    "AND p.phase LIKE 'waiting for%'"
+                ).fetchone(),
+                what="a concurrent index build waiting for the open write",
+            )
+            observer.execute("SET lock_timeout = '2s'")
+            observer.execute(INSERT_JOB)  # raises LockNotAvailable if writes were held off
+        finally:
+            writer.commit()
+        finished(migration)
+        indexes = dict(
+            observer.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'dbqueue_job'"
+            ).fetchall()
+        )
+        jobs = observer.execute("SELECT count(*) FROM dbqueue_job").fetchone()
+    assert indexes["dbqueue_job_finished"].endswith("WHERE (finished_at IS NOT NULL)")
+    assert indexes["dbqueue_job_subject"].endswith("WHERE (subject_type_id IS NOT NULL)")
+    assert not [name for name in indexes if name.endswith("_0007")]
+    assert jobs == (2,)
+
+
+def test_migration_0007_can_be_reversed_and_applied_again(database_url: str) -> None:
+    finished(migrate(database_url))
+    finished(migrate(database_url, "django_dbqueue", "0006"))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        reverted = dict(
+            observer.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'dbqueue_job'"
+            ).fetchall()
+        )
+    assert reverted["dbqueue_job_finished"].endswith("(finished_at)")
+    assert reverted["dbqueue_job_subject_type_id_bdec4d23"].endswith("(subject_type_id)")
+    finished(migrate(database_url))
