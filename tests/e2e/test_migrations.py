@@ -1,5 +1,7 @@
 """Migrating a job table that is in use: enqueues go on while PostgreSQL rebuilds indexes.
 
+PostgreSQL only (each test migrates a database of its own on the test server).
+
 Migration 0007 replaces two indexes with ``CREATE INDEX CONCURRENTLY``. The test
 makes the build wait, by holding a transaction that has written to the table, and
 enqueues meanwhile: a plain ``CREATE INDEX`` would queue its table lock behind that
@@ -63,6 +65,7 @@ def finished(process: subprocess.Popen[str]) -> str:
     return output
 
 
+@pytest.mark.postgresql
 def test_migration_0007_rebuilds_its_indexes_while_jobs_are_enqueued(database_url: str) -> None:
     finished(migrate(database_url, "django_dbqueue", "0006"))
     with (
@@ -97,6 +100,7 @@ def test_migration_0007_rebuilds_its_indexes_while_jobs_are_enqueued(database_ur
     assert jobs == (2,)
 
 
+@pytest.mark.postgresql
 def test_migration_0007_can_be_reversed_and_applied_again(database_url: str) -> None:
     finished(migrate(database_url))
     finished(migrate(database_url, "django_dbqueue", "0006"))
