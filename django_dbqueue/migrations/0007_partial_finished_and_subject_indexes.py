@@ -54,18 +54,16 @@ class OwnDatabaseSide(migrations.SeparateDatabaseAndState):
         self.instead = instead
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        vendor = schema_editor.connection.vendor
-        if vendor not in self.instead:
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-        elif self.instead[vendor] is not None:
-            self.instead[vendor].database_forwards(app_label, schema_editor, from_state, to_state)
+        self._apply("database_forwards", app_label, schema_editor, from_state, to_state)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        self._apply("database_backwards", app_label, schema_editor, from_state, to_state)
+
+    def _apply(self, direction, app_label, schema_editor, from_state, to_state):
         vendor = schema_editor.connection.vendor
-        if vendor not in self.instead:
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-        elif self.instead[vendor] is not None:
-            self.instead[vendor].database_backwards(app_label, schema_editor, from_state, to_state)
+        operation = self.instead.get(vendor, super())
+        if operation is not None:
+            getattr(operation, direction)(app_label, schema_editor, from_state, to_state)
 
 
 class Migration(migrations.Migration):
