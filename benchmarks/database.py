@@ -155,6 +155,24 @@ def seed(conn: Connection, count: int, *, succeeded: bool = False) -> Ids:
     return Ids(first, last)
 
 
+#: Turns the seeded no-op jobs into ``sleep_for`` jobs of ``shortest`` to ``longest`` seconds,
+#: spread evenly over that range in an order unrelated to the ids (so to the claim order).
+SLOWED_DOWN = """
+UPDATE dbqueue_job
+SET task = 'benchmarks.tasks.sleep_for',
+    kwargs = jsonb_build_object(
+        'seconds', %(shortest)s + (%(longest)s - %(shortest)s) * ((id * 7919) %% 1000) / 999.0
+    )
+WHERE id BETWEEN %(first)s AND %(last)s
+"""
+
+
+def slow_down(conn: Connection, ids: Ids, shortest: float, longest: float) -> None:
+    """Make the seeded ``ids`` jobs that sleep ``shortest`` to ``longest`` seconds each."""
+    params = {"shortest": shortest, "longest": longest, "first": ids.first, "last": ids.last}
+    conn.execute(SLOWED_DOWN, params)
+
+
 def vacuum(conn: Connection) -> None:
     """Settle the table after seeding: planner statistics and the visibility map."""
     conn.execute("VACUUM (ANALYZE) dbqueue_job")

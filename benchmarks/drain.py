@@ -1,4 +1,5 @@
-"""(b) and (d): ``runworkers --burst`` draining no-op jobs, and (e) the raw claim/complete ceiling.
+"""(b) and (d): ``runworkers --burst`` draining no-op jobs, (e) the raw claim/complete ceiling,
+and (f) a drain of jobs that take a while.
 
 A drain's rate is the jobs that succeeded over the database-clock span from
 the first claim to the last completion, so process start-up is not counted.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -165,3 +167,26 @@ def run_backlog(session: Session) -> None:
     result = measure(session, drain, ids, sizes.long_drain_deadline)
     label = f"{drain.label}, {sizes.backlog_finished:,} finished rows"
     session.results.add(dataclasses.replace(result, label=label))
+
+
+#: The run time of each slow job, seconds: evenly spread, 100 ms on average.
+SLOW_JOB_SECONDS = (0.05, 0.15)
+
+
+def run_slow_jobs(session: Session) -> None:
+    """(f) 1 x 32 threads on jobs of 50-150 ms: how near the rate comes to every slot busy.
+
+    The ideal is 32 jobs per mean run time (320 jobs/s). What falls short is
+    slots left free: waiting for the claimer, or for a claim's round trip.
+    """
+    count = session.sizes.slow_jobs
+    database.reset(session.harness)
+    ids = database.seed(session.harness, count)
+    database.slow_down(session.harness, ids, *SLOW_JOB_SECONDS)
+    database.vacuum(session.harness)
+    drain = Drain("drain_slow_jobs", 1, 32)
+    ideal = drain.concurrency / statistics.mean(SLOW_JOB_SECONDS)
+    result = measure(session, drain, ids, session.sizes.long_drain_deadline)
+    label = f"{drain.label}, {count:,} jobs of 50-150 ms (every slot busy: {ideal:.0f} jobs/s)"
+    details = {**result.details, "ideal_jobs_per_second": ideal, "of_ideal": result.value / ideal}
+    session.results.add(dataclasses.replace(result, label=label, raw=None, details=details))

@@ -23,6 +23,8 @@ class Sizes:
     latency_samples: int = 200
     #: Jobs scheduled 1 s ahead, and retries 1 s after their first attempt, one at a time.
     lateness_samples: int = 24
+    #: Jobs of 50-150 ms each (a remote call, say) drained by 1 x 32 threads.
+    slow_jobs: int = 3_000
     backlog_finished: int = 1_000_000
     backlog_ready: int = 200_000
     rss_jobs: int = 200_000
@@ -41,6 +43,7 @@ QUICK = Sizes(
     drain_jobs=2_000,
     latency_samples=20,
     lateness_samples=3,
+    slow_jobs=200,
     backlog_finished=50_000,
     backlog_ready=5_000,
     rss_jobs=5_000,

@@ -44,6 +44,7 @@ STEPS = (
     latency.run,
     lateness.run,
     drain.run_backlog,
+    drain.run_slow_jobs,
     memory.run,
     admin_pages.run,
 )

@@ -64,6 +64,7 @@ BENCHMARKS = {
     "retry_lateness_p95",
     "retry_lateness_max",
     "drain_backlog",
+    "drain_slow_jobs",
     "rss_before",
     "rss_after",
     "admin_list_20k",
