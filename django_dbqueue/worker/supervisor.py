@@ -38,6 +38,7 @@ from django_dbqueue.worker.execute import Resolved, execute, resolve_all
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener, listen_alias
 from django_dbqueue.worker.live import LiveJobs
+from django_dbqueue.worker.pacing import ClaimPacing
 from django_dbqueue.worker.pool import JobPool
 from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
 from django_dbqueue.worker.session import switched_off_for_pooler, worker_session
@@ -95,6 +96,7 @@ class Worker:
         self.stop_now = threading.Event()  # release whatever still runs
         self.wake = threading.Event()
         self._threads_stop = threading.Event()
+        self.pacing = ClaimPacing(options.concurrency)
         self.pool = JobPool(options.concurrency, self._run_job, self._slot_freed)
         self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
         self.completer = Completer(self._threads_stop, self._successes_written)
@@ -173,7 +175,7 @@ class Worker:
             if wanted == 0:
                 if self._done_with_max_jobs():
                     return
-                self._wait(self.wake, self.poll_interval)
+                self._wait(self.wake, self.pacing.wait(self.poll_interval))
                 continue
             started = time.monotonic()
             try:
@@ -182,6 +184,7 @@ class Worker:
                 self._wait(self.stopping, survival.failed(exc))
                 continue
             self.counters.claim_duration.observe(time.monotonic() - started)
+            self.pacing.claimed(wanted, len(claimed))
             survival.succeeded()
             if claimed:
                 self._start_jobs(claimed)
@@ -235,40 +238,31 @@ class Worker:
         ]
 
     def _slots_to_fill(self) -> int:
-        """Free slots to claim for now: none while most slots are busy, so claims come in batches.
+        """Free slots to claim for now; while jobs run, as ``pacing`` batches them.
 
         A slot is free once its job's task returned, even while the completer
         still writes its success; only a completer and reporter together more
         than ``concurrency`` successes behind hold slots back, so at most twice
-        ``concurrency`` jobs are the worker's at once. With jobs running, the
-        claimer waits until a quarter of the slots are free (the slot that
-        frees the quarter wakes it: ``_slot_freed``), so a busy worker makes
-        one claim per several jobs instead of one per job.
+        ``concurrency`` jobs are the worker's at once. A slot freed when it
+        matters to ``pacing`` wakes the claimer (``_slot_freed``).
         """
         concurrency = self.options.concurrency
         behind = self.completer.backlog + self.reporter.backlog
         free = self.pool.free - max(0, behind - concurrency)
-        if self.pool.busy and free < self._worth_a_claim:
-            free = 0
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.counters.claimed)
-        return max(free, 0)
-
-    @property
-    def _worth_a_claim(self) -> int:
-        """Free slots worth a claim while jobs run: a quarter of them (at least one)."""
-        return max(1, self.options.concurrency // 4)
+        return self.pacing.wanted(free, self.pool.busy)
 
     def _slot_freed(self, free: int) -> None:
-        """Wake the claimer when a slot frees that makes a claim worth it, or the last one.
+        """Wake the claimer when ``pacing`` says the slot just freed matters.
 
-        Only at those two counts: the claimer clears ``wake`` before it counts
-        free slots, so a count it missed is one it sees itself. The last
-        freed slot also wakes shutdown and a ``--burst`` or ``--max-jobs``
-        end waiting for the running jobs; the completer and the reporter wake
-        it once per batch they finish.
+        The claimer clears ``wake`` before it counts free slots, so a count
+        it missed is one it sees itself. The last freed slot also wakes
+        shutdown and a ``--burst`` or ``--max-jobs`` end waiting for the
+        running jobs; the completer and the reporter wake it once per batch
+        they finish.
         """
-        if free in (self._worth_a_claim, self.pool.size):
+        if self.pacing.wakes(free):
             self.wake.set()
 
     def _done_with_max_jobs(self) -> bool:

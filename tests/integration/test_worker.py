@@ -152,6 +152,24 @@ class TestWorkerInProcess:
             wait_until(lambda: worker.counters.dead == 5, what="five dead jobs")
         assert Job.objects.filter(state=JobState.DEAD).count() == 5
 
+    def test_a_slot_freed_among_long_jobs_is_filled_without_waiting_for_more_slots(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(tasks, "HELD", tasks.Held())
+        tasks.held.enqueue_many([((), {"fail": True})] * 9)
+        # One free slot of eight is no batch, and no commit, completer write or reporter wakes
+        # the claimer (a dead job is written by its slot): the slot's own wake-up and its
+        # patience claim the ninth job, not a poll a minute later.
+        worker = Worker(WorkerOptions(concurrency=8, poll_interval=60))
+        with running(worker):
+            wait_until(lambda: tasks.HELD.running == 8, what="eight held jobs running")
+            tasks.HELD.let_go(1)
+            wait_until(lambda: worker.counters.claimed == 9, 20, "the ninth job claimed")
+            wait_until(lambda: tasks.HELD.running == 8, what="the ninth job running")
+            tasks.HELD.let_go(8)
+            wait_until(lambda: worker.counters.dead == 9, what="nine dead jobs")
+        assert tasks.HELD.most_running == 8
+
     def test_a_claim_batch_met_by_a_shutdown_is_released_not_lost(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:

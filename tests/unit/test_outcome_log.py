@@ -7,23 +7,11 @@ import logging
 import pytest
 
 from django_dbqueue.worker.outcome_log import OutcomeLog
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import ManualClock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def outcome_log(clock: Clock) -> OutcomeLog:
+def outcome_log(clock: ManualClock) -> OutcomeLog:
     return OutcomeLog(calm_rate=3, summary_every=10, clock=clock)
 
 
@@ -39,7 +27,7 @@ def _debug(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_successes_log_at_info_while_few_come_each_second(
-    outcome_log: OutcomeLog, clock: Clock, caplog: pytest.LogCaptureFixture
+    outcome_log: OutcomeLog, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     for second in range(3):
         clock.now = 1000 + second
@@ -49,7 +37,7 @@ def test_successes_log_at_info_while_few_come_each_second(
 
 
 def test_successes_go_to_debug_once_over_the_rate_and_info_gets_a_summary(
-    outcome_log: OutcomeLog, clock: Clock, caplog: pytest.LogCaptureFixture
+    outcome_log: OutcomeLog, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     for n in range(5):
         outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
@@ -70,7 +58,7 @@ def test_successes_go_to_debug_once_over_the_rate_and_info_gets_a_summary(
 
 
 def test_a_calm_second_brings_info_back_with_the_rest_summarised(
-    outcome_log: OutcomeLog, clock: Clock, caplog: pytest.LogCaptureFixture
+    outcome_log: OutcomeLog, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     for n in range(5):
         outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
