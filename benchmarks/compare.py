@@ -1,6 +1,6 @@
 """Side by side with pgqueuer (``--compare pgqueuer``): the same drain, interleaved rounds, medians.
 
-Each round drains ``sizes.drain_jobs`` no-op jobs five ways, one after the
+Each round drains ``sizes.compare_jobs`` no-op jobs five ways, one after the
 other: ``runworkers --burst`` and pgqueuer each at two sizes, and the raw
 claim/complete SQL (batch 50, one connection). The sizes: ours at 2 processes
 x 32 threads (the issue's configuration) and x 256 threads; pgqueuer
@@ -15,7 +15,9 @@ for ``runworkers`` by the database clock (as every drain here), for pgqueuer
 from its workers' own clocks (first job run, ``run`` returned). Each drain's
 CPU is split into the worker processes' and the PostgreSQL backends' (see
 ``benchmarks.cpu``), per job; the CPU the same workers spend starting up and
-exiting on an empty queue is measured once and subtracted.
+exiting on an empty queue is measured in every round, next to the drain, and
+its least value is subtracted (a start-up measured high would otherwise be
+taken off a drain that started up cheaper, leaving less than its jobs cost).
 """
 
 from __future__ import annotations
@@ -69,23 +71,31 @@ def run(session: Session) -> None:
     from benchmarks import pgq  # the bench extra: imported only when comparing
 
     pgq.setup(session.url)
-    startup = {
-        who: measured(session, functools.partial(ours_on_empty_queue, session, drainer))[1]
-        for who, drainer in OURS.items()
+    on_empty_queue: dict[str, Callable[[], None]] = {
+        **{who: functools.partial(ours_on_empty_queue, session, d) for who, d in OURS.items()},
+        **{
+            who: functools.partial(pgqueuer_on_empty_queue, session, b)
+            for who, b in PGQUEUER_BATCHES.items()
+        },
     }
-    for who, batch in PGQUEUER_BATCHES.items():
-        pgq.seed(session.url, 0)
-        startup[who] = measured(session, functools.partial(pgqueuer_workers, session, batch))[1]
     sides: dict[str, Callable[[], tuple[float, Split]]] = {
         **{who: functools.partial(ours, session, drainer) for who, drainer in OURS.items()},
         **{who: functools.partial(pgqueuer, session, b) for who, b in PGQUEUER_BATCHES.items()},
     }
-    rounds: dict[str, list[tuple[float, Split]]] = defaultdict(list)
+    startups: dict[str, list[Split]] = defaultdict(list)
+    drained: dict[str, list[tuple[float, Split]]] = defaultdict(list)
     for _ in range(session.sizes.rounds):
         for who, side in sides.items():
-            rate, split = side()
-            rounds[who].append((rate, split - startup[who]))
-        rounds["raw"].append(raw_drain(session))
+            startups[who].append(measured(session, on_empty_queue[who])[1])
+            drained[who].append(side())
+        drained["raw"].append(raw_drain(session))
+    rounds = {
+        who: [
+            (rate, split - least(startups[who])) if who in startups else (rate, split)
+            for rate, split in measured_rounds
+        ]
+        for who, measured_rounds in drained.items()
+    }
     pgqueuer_name = f"compare: pgqueuer {version('pgqueuer')}, {PGQUEUER_PROCESSES} processes"
     labels = {
         **{
@@ -101,7 +111,7 @@ def run(session: Session) -> None:
 
 def add(session: Session, who: str, label: str, rounds: list[tuple[float, Split]]) -> None:
     """The median rate and median CPU per job (worker, PostgreSQL) of ``who``'s rounds."""
-    count = session.sizes.drain_jobs
+    count = session.sizes.compare_jobs
     rates = [rate for rate, _ in rounds]
     per_job = [split.per_job_us(count) for _, split in rounds]
     raw_key = None if who == "raw" else "compare_drain_raw"
@@ -141,9 +151,14 @@ def measured(session: Session, action: Callable[[], T]) -> tuple[T, Split]:
     return value, Split(worker, backends.seconds)
 
 
+def least(splits: list[Split]) -> Split:
+    """The least worker and the least PostgreSQL CPU of ``splits``."""
+    return Split(min(s.worker for s in splits), min(s.postgres for s in splits))
+
+
 def ours(session: Session, drainer: drain.Drain) -> tuple[float, Split]:
     """One ``runworkers --burst`` drain of freshly seeded jobs: its rate and CPU."""
-    ids = drain.seeded(session, session.sizes.drain_jobs)
+    ids = drain.seeded(session, session.sizes.compare_jobs)
     deadline = session.sizes.drain_deadline
     result, split = measured(
         session, functools.partial(drain.measure, session, drainer, ids, deadline)
@@ -168,7 +183,7 @@ def pgqueuer(session: Session, batch: int) -> tuple[float, Split]:
     """One pgqueuer drain of freshly seeded jobs in batches of ``batch``: its rate and CPU."""
     from benchmarks import pgq
 
-    count = session.sizes.drain_jobs
+    count = session.sizes.compare_jobs
     pgq.seed(session.url, count)
     session.harness.execute("VACUUM (ANALYZE) pgqueuer")
     reports, split = measured(session, functools.partial(pgqueuer_workers, session, batch))
@@ -178,6 +193,14 @@ def pgqueuer(session: Session, batch: int) -> tuple[float, Split]:
     started = min(float(report["first"]) for report in reports if report["first"] is not None)
     span = max(float(report["end"]) for report in reports) - started
     return count / span, split
+
+
+def pgqueuer_on_empty_queue(session: Session, batch: int) -> None:
+    """Start and stop pgqueuer's workers with nothing to do (their start-up CPU)."""
+    from benchmarks import pgq
+
+    pgq.seed(session.url, 0)
+    pgqueuer_workers(session, batch)
 
 
 def pgqueuer_workers(session: Session, batch: int) -> list[dict[str, object]]:
@@ -200,7 +223,7 @@ def pgqueuer_workers(session: Session, batch: int) -> list[dict[str, object]]:
 
 def raw_drain(session: Session) -> tuple[float, Split]:
     """The raw claim/complete loop in this thread: its rate and CPU (this thread, its backend)."""
-    count = session.sizes.drain_jobs
+    count = session.sizes.compare_jobs
     drain.seeded(session, count)
     with raw.connect(session.url) as conn:
         backend = conn.info.backend_pid

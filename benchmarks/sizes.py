@@ -20,6 +20,10 @@ class Sizes:
     enqueue_bulk: int = 10_000
     raw_jobs: int = 20_000
     drain_jobs: int = 20_000
+    #: Jobs of each side-by-side drain (``--compare``). Large enough in a quick run too for
+    #: the drain's CPU to stand clear of the start-up CPU subtracted from it (start-ups vary
+    #: by about 0.1 s of CPU per process, 50 us for each of 2,000 jobs).
+    compare_jobs: int = 20_000
     latency_samples: int = 200
     #: Jobs scheduled 1 s ahead, and retries 1 s after their first attempt, one at a time.
     lateness_samples: int = 24
@@ -41,6 +45,7 @@ QUICK = Sizes(
     enqueue_bulk=1_000,
     raw_jobs=2_000,
     drain_jobs=2_000,
+    compare_jobs=10_000,
     latency_samples=20,
     lateness_samples=3,
     slow_jobs=200,

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
+from benchmarks.sizes import QUICK
 from tests.e2e.servers import PgBouncer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +174,7 @@ def test_quick_compare_enqueues_drains_and_picks_up_side_by_side_with_pgqueuer(
     assert set(results) == COMPARED
     drains = {who: results[f"compare_drain_{who}"] for who in DRAINERS}
     assert all(drain["value"] > 0 for drain in drains.values()), drains
-    assert all(drain["n"] == 2_000 for drain in drains.values()), drains
+    assert all(drain["n"] == QUICK.compare_jobs for drain in drains.values()), drains
     figures = {key: results[key]["value"] for key in COMPARED}
     assert all(figure > 0 for figure in figures.values()), figures
     assert results["compare_enqueue_bulk_pgqueuer"]["n"] == 1_000
