@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -175,7 +176,7 @@ def insert(
         inserted = sql.run(connection, statement, params)
         if inserted:
             jobs = built_jobs(connection.alias, shape, calls, inserted)
-            wakeups.announce(connection, spec.queue, [job.pk for job in jobs], pending)
+            wakeups.announce(connection, spec.queue, [job.id for job in jobs], pending)
             return jobs
         existing = (
             Job.objects.using(connection.alias)
@@ -306,7 +307,7 @@ def built_jobs(alias: str, shape: Shape, calls: list[Call], rows: list[sql.Row])
     """
     # Ids grow in input order; RETURNING order is not promised everywhere.
     if len(rows) > 1:
-        rows = sorted(rows, key=lambda row: row["id"])
+        rows = sorted(rows, key=operator.itemgetter("id"))
     converted: dict[object, datetime] = {}
     created_at = run_at = None
     columns = []

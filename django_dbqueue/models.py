@@ -251,8 +251,9 @@ class Job(models.Model):
         ``from_db``'s, field for field. ``from_db`` runs ``Model.__init__``, whose
         ``setattr`` per field is most of a bulk enqueue's Python time; when no
         ``pre_init``/``post_init`` receiver is connected for ``Job``, nothing can
-        tell how an instance was made, so its ``__dict__`` is filled at once instead
-        (a field's attribute holds nothing but its value until first read).
+        tell how an instance was made, so each row becomes its instance's
+        ``__dict__`` instead (a field's attribute holds nothing but its value until
+        first read). The rows are taken, not copied: pass dicts nothing else holds.
         """
         if pre_init.has_listeners(cls) or post_init.has_listeners(cls):
             columns = [field.attname for field in cls._meta.concrete_fields]
@@ -262,7 +263,8 @@ class Job(models.Model):
             job = cls.__new__(cls)
             state = ModelState()
             state.adding, state.db = False, alias
-            job.__dict__.update(row, _state=state)
+            row["_state"] = state
+            job.__dict__ = row
             jobs.append(job)
         return jobs
 
