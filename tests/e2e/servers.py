@@ -68,9 +68,10 @@ class PrivatePostgres:
     user to run them as. ``destroy()`` stops it and deletes its files.
     """
 
-    def __init__(self, bindir: Path, run_as: str | None) -> None:
+    def __init__(self, bindir: Path, run_as: str | None, settings: dict[str, str]) -> None:
         self.bindir = bindir
         self.run_as = run_as
+        self.settings = settings
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="dbqueue-pg-"))
         self.data = self.root / "data"
@@ -79,11 +80,12 @@ class PrivatePostgres:
             os.chown(self.root, pwd.getpwnam(run_as).pw_uid, -1)
 
     @classmethod
-    def create(cls) -> PrivatePostgres:
+    def create(cls, **settings: str) -> PrivatePostgres:
+        """A new cluster, started with these server ``settings`` (``autovacuum_naptime="1"``)."""
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not found:
             pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) to run one")
-        server = cls(Path(found[-1]).parent, run_as_postgres("a server"))
+        server = cls(Path(found[-1]).parent, run_as_postgres("a server"), settings)
         server._run(
             "initdb", "-D", str(server.data), "--auth=trust", "-U", "postgres", "-E", "UTF8"
         )
@@ -95,6 +97,7 @@ class PrivatePostgres:
 
     def start(self) -> None:
         settings = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        settings += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run(
             "pg_ctl",
             "-D",
