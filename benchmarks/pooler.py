@@ -7,8 +7,9 @@ weighs on both alike; the figures are the medians of the rounds. ``HOSTS``
 ``runworkers`` processes of ``CONCURRENCY`` threads stand for as many hosts, as
 in ``tests/e2e/test_many_hosts.py``; each round's jobs per worker (its share)
 are in the details. CPU per job is split as in ``benchmarks.compare``
-(workers, PostgreSQL backends, less what the same workers spend starting and
-exiting on an empty queue) plus PgBouncer's own.
+(workers, PostgreSQL backends, less the least the same workers spent starting
+and exiting on an empty queue, measured in every round next to the drain) plus
+PgBouncer's own.
 
 PgBouncer is the test suite's (``tests.e2e.servers.PgBouncer``: Debian's
 ``pgbouncer`` on a free local port, trust auth for ``postgres``, ``POOL_SIZE``
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from benchmarks import cpu, database, drain, workers
-from benchmarks.compare import measured
+from benchmarks.compare import least, measured
 from benchmarks.cpu import Split
 from benchmarks.results import Result
 from benchmarks.session import Session
@@ -74,20 +75,22 @@ def run(session: Session) -> None:
     bouncer = PgBouncer.start(upstream_port=parts.port or 5432, pool_size=POOL_SIZE)
     try:
         urls = {DIRECT: session.url, POOLED: bouncer.url(parts.path.lstrip("/"))}
-        startup = {how: on_empty_queue(session, how, url, bouncer) for how, url in urls.items()}
-        rounds: dict[drain.Drain, list[Round]] = defaultdict(list)
+        startups: dict[drain.Drain, list[Round]] = defaultdict(list)
+        drained: dict[drain.Drain, list[Round]] = defaultdict(list)
         for _ in range(session.sizes.rounds):
             for how, url in urls.items():
-                drained = drain_once(session, how, url, bouncer)
-                rounds[how].append(
-                    dataclasses.replace(
-                        drained,
-                        split=drained.split - startup[how].split,
-                        pgbouncer=drained.pgbouncer - startup[how].pgbouncer,
-                    )
-                )
+                startups[how].append(on_empty_queue(session, how, url, bouncer))
+                drained[how].append(drain_once(session, how, url, bouncer))
     finally:
         bouncer.stop()
+    rounds: dict[drain.Drain, list[Round]] = {}
+    for how, drains in drained.items():
+        split = least([empty.split for empty in startups[how]])
+        pgbouncer = min(empty.pgbouncer for empty in startups[how])
+        rounds[how] = [
+            dataclasses.replace(one, split=one.split - split, pgbouncer=one.pgbouncer - pgbouncer)
+            for one in drains
+        ]
     version = ".".join(map(str, pgbouncer_version()))
     labels = {
         DIRECT: f"pooler: {DIRECT.label.removeprefix('drain: ')}, direct",
