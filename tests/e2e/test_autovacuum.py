@@ -2,8 +2,8 @@
 
 Migration 0008 has the job table vacuumed once 1,000 rows and 0.5% of it are dead.
 Here a worker drains 1,000 jobs from a table that also holds 40,000 finished
-ones: 2,000 dead rows, a tenth of what PostgreSQL's defaults wait for (50 and
-20% of the table). The test runs its own cluster (``servers.PrivatePostgres``)
+ones: 2,000 dead rows, a quarter of what PostgreSQL's defaults wait for (50 and
+20% of the table, about 8,200 rows). The test runs its own cluster (``servers.PrivatePostgres``)
 with autovacuum on and looking every second, whatever the suite's server does.
 """
 
@@ -44,10 +44,10 @@ SELECT 'default', 'tests.jobs.tasks.noop', '[]', '{{}}', 'ready', 0, now(), 0, 5
 FROM generate_series(1, {DRAINED + LEFT})
 """
 #: The claim's order over the ready index, read alone (an index-only scan).
-FIRST_READY = """
+FIRST_READY = f"""
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 SELECT id FROM dbqueue_job WHERE state = 'ready' AND queue = 'default'
-ORDER BY priority DESC, run_at, id LIMIT 8
+ORDER BY priority DESC, run_at, id LIMIT {LEFT}
 """
 AUTOVACUUMS = "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'dbqueue_job'"
 
@@ -62,7 +62,7 @@ def autovacuuming_postgres() -> Iterator[PrivatePostgres]:
 
 
 def ready_index_pages(server: PrivatePostgres) -> int:
-    """Pages of the ready index (and of the table, unless all-visible) the first 8 cost."""
+    """Pages of the ready index (and of the table, unless all-visible) the ``LEFT`` cost."""
     (plan,) = json.loads(server.psql("dbqueue", FIRST_READY))
     node: dict[str, Any] = plan["Plan"]
     while node.get("Index Name") != "dbqueue_job_ready":
@@ -95,7 +95,7 @@ def test_autovacuum_clears_the_drained_head_of_the_ready_index(
     assert int(left) == LEFT
 
     # The drained jobs' 1,000 entries take several index pages until a vacuum removes them;
-    # then the first 8 ready jobs are read from the one or two pages left.
+    # then the ``LEFT`` ready jobs are read from the one or two pages left.
     wait_until(
         lambda: (
             int(server.psql("dbqueue", AUTOVACUUMS)) > before and ready_index_pages(server) <= 2
