@@ -248,9 +248,15 @@ def test_behind_a_transaction_pool_without_listen_database_the_worker_polls_and_
         what="the 20 jobs to run by polling",
     )
 
-    assert {job.state for job in Job.objects.filter(pk__in=[j.pk for j in jobs])} == {
-        JobState.SUCCEEDED
-    }
+    # A task's own row is written before the completer records its success: wait for that.
+    ids = [job.pk for job in jobs]
+    wait_until(
+        lambda: (
+            set(Job.objects.filter(pk__in=ids).values_list("state", flat=True))
+            == {JobState.SUCCEEDED}
+        ),
+        what="the 20 jobs recorded succeeded",
+    )
     assert not listening(channel)
     assert worker.log().count("polling every") == 1
 
