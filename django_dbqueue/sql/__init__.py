@@ -35,7 +35,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from django_dbqueue.exceptions import UnsupportedDatabase
-from django_dbqueue.sql import prepared
+from django_dbqueue.sql import psycopg3
 from django_dbqueue.sql.rows import Row as Row  # re-exported: sql.Row
 from django_dbqueue.sql.rows import fetch
 
@@ -89,7 +89,7 @@ def run(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -
 
     ``now`` is added for statements that take the clock as a parameter
     (SQLite); call inside ``write_transaction`` so it is read under the lock.
-    It runs prepared where ``prepared.prepares`` says so.
+    On psycopg 3 it runs through ``sql.psycopg3`` where ``psycopg3.handles`` says so.
     """
     sql = statements(connection.vendor)[name]
     values = dict(params)
@@ -97,8 +97,8 @@ def run(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -
         values["now"] = timezone.now()
     adapted = {key: adapt(connection, value) for key, value in values.items()}
     connection.ensure_connection()
-    if prepared.prepares(connection):
-        return prepared.run(connection, sql, adapted)
+    if psycopg3.handles(connection):
+        return psycopg3.run(connection, sql, adapted)
     rows: list[Row] = []
     with connection.cursor() as cursor:
         for statement in sql.split(STATEMENT_END):

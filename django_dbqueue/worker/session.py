@@ -6,7 +6,7 @@ connection to the queue's database but the lease protocol. Inside
 vendor's ``worker_session`` statement (PostgreSQL: JIT off, since compiling a
 claim costs more than running it, and asynchronous commit when
 ``WORKER_SYNCHRONOUS_COMMIT`` is False), and with ``PREPARED_STATEMENTS`` its
-statements run prepared (``sql.prepared``). Job threads, where task code runs,
+statements run prepared (``sql.psycopg3``). Job threads, where task code runs,
 and enqueue keep the connection exactly as the project configured it.
 
 Behind a transaction-mode pool (``POOLER = "transaction"``) a session setting
@@ -29,7 +29,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
 from django_dbqueue import conf, sql
-from django_dbqueue.sql import prepared
+from django_dbqueue.sql import psycopg3
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,9 @@ def worker_session() -> Iterator[None]:
 def set_up(connection: BaseDatabaseWrapper) -> None:
     """Apply the worker's settings to a new ``connection``: preparation, the vendor's set-up."""
     if _thread.unprepared:
-        prepared.disable(connection)
+        psycopg3.disable(connection)
     elif _thread.prepare:
-        prepared.enable(connection)
+        psycopg3.enable(connection)
     if _thread.session_settings and sql.defines(connection, "worker_session"):
         sql.run(connection, "worker_session", {"synchronous_commit": _thread.synchronous_commit})
 

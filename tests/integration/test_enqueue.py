@@ -1068,6 +1068,33 @@ def preparation_allowed() -> Iterator[None]:
         raw.prepare_threshold = None
 
 
+@contextmanager
+def own_cursor_class(cursor_class: type[psycopg.Cursor[Any]]) -> Iterator[None]:
+    """This connection's cursors of ``cursor_class``, as ``OPTIONS["server_side_binding"]``
+    makes them ``ServerBindingCursor``."""
+    raw = connection.connection
+    before = raw.cursor_factory
+    raw.cursor_factory = cursor_class
+    try:
+        yield
+    finally:
+        raw.cursor_factory = before
+
+
+@contextmanager
+def insert_cursors() -> Iterator[list[object]]:
+    """The psycopg cursor of each job insert on ``connection``, as an execute wrapper sees it."""
+    seen: list[object] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        if "INSERT INTO dbqueue_job" in sql:
+            seen.append(context["cursor"].cursor)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield seen
+
+
 def prepared_inserts() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
@@ -1090,6 +1117,32 @@ class TestPreparedEnqueue:
             assert len(prepared_inserts()) == 2  # the single-job and the many-job insert
         assert job_ids_in_db() == sorted([first.pk, second.pk, *(job.pk for job in jobs)])
         assert_matches_row(second)
+
+    def test_on_djangos_default_connection_the_insert_binds_as_its_own_cursors_do(self) -> None:
+        """Unprepared, the insert runs on a cursor of the connection's own class, and
+        through Django's cursor wrapper: execute wrappers see it."""
+        from django.db.backends.postgresql.base import ServerBindingCursor
+
+        connection.ensure_connection()
+        for cursor_class in (connection.connection.cursor_factory, ServerBindingCursor):
+            with own_cursor_class(cursor_class), insert_cursors() as seen:
+                single = noop.enqueue()
+                many = noop.enqueue_many([((), {})] * 2)
+            assert [type(cursor) for cursor in seen] == [cursor_class, cursor_class]
+            for job in (single, *many):
+                assert_matches_row(job)
+        assert prepared_inserts() == []
+
+    @pytest.mark.parametrize("use_tz", [True, False])
+    def test_an_unprepared_insert_returns_its_timestamps_exactly_as_the_orm_reads_them(
+        self, use_tz: bool
+    ) -> None:
+        with override_settings(USE_TZ=use_tz):
+            job = noop.enqueue()
+            stored = Job.objects.get(pk=job.pk)
+        assert (job.created_at, job.run_at) == (stored.created_at, stored.run_at)
+        assert job.created_at.tzinfo == stored.created_at.tzinfo
+        assert job.run_at.tzinfo == stored.run_at.tzinfo
 
     def test_logged_queries_run_through_djangos_cursor_with_their_sql(self) -> None:
         with preparation_allowed(), CaptureQueriesContext(connection) as context:

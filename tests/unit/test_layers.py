@@ -26,7 +26,7 @@ PROTOCOL = {
     "retry",
     "signals",
     "sql",
-    "sql.prepared",
+    "sql.psycopg3",
     "sql.rows",
     "validation",
 }
@@ -69,7 +69,7 @@ print(json.dumps(sorted(name for name in loaded if name.split(".")[0] == "django
 
 
 def loaded_by(module: str) -> set[str]:
-    """The package modules (``"leases"``, ``"sql.prepared"``; ``""`` for the package) that
+    """The package modules (``"leases"``, ``"sql.psycopg3"``; ``""`` for the package) that
     importing ``django_dbqueue.<module>`` loads in a fresh interpreter, itself included."""
     target = f"django_dbqueue.{module}" if module else "django_dbqueue"
     result = run_python("-c", PROBE, target, cwd=ROOT)

@@ -1,19 +1,27 @@
-"""Prepared execution of the queue's statements (PostgreSQL with psycopg 3).
+"""The queue's statements run through psycopg 3 itself (PostgreSQL), prepared where allowed.
 
-A prepared statement is parsed and planned once per connection instead of on
-every call, which is most of a claim's cost and half of an enqueue's. The
-queue's statements run prepared on two kinds of connection:
+On psycopg 3 every statement of the queue runs on a psycopg cursor of this
+module's making, wrapped by Django's cursor wrapper (execute wrappers see it,
+errors are Django's), with two things Django's own cursor does not do:
 
-- those a worker thread owns: the claimer, completer, heartbeat and reaper run
-  nothing else on theirs, so the worker turns preparation on there (``enable``,
-  from ``worker.session``) unless ``PREPARED_STATEMENTS`` is False;
-- yours, where you turned preparation on yourself
-  (``DATABASES[...]["OPTIONS"]["prepare_threshold"]``). Django leaves it off by
-  default, which is what a pooler that cannot keep prepared statements needs,
-  so enqueue never prepares on a connection that did not ask for it.
+- its rows come as dicts (``dict_row``), their names read from the result
+  once, where ``cursor.description`` builds column objects on every read; and
+  ``timestamptz`` is read by psycopg's C loader, not Django's Python one;
+- it is prepared, parsed and planned once per connection instead of on every
+  call, which is most of a claim's cost and half of an enqueue's, on two kinds
+  of connection:
 
-Statements still go through Django's cursor wrapper, so execute wrappers see
-them; while Django logs queries they run unprepared, with their SQL in the log.
+  - those a worker thread owns: the claimer, completer, heartbeat and reaper
+    run nothing else on theirs, so the worker turns preparation on there
+    (``enable``, from ``worker.session``) unless ``PREPARED_STATEMENTS`` is False;
+  - yours, where you turned preparation on yourself
+    (``DATABASES[...]["OPTIONS"]["prepare_threshold"]``). Django leaves it off by
+    default, which is what a pooler that cannot keep prepared statements needs,
+    so enqueue never prepares on a connection that did not ask for it: there the
+    cursor is of the connection's own class, binding as Django's does.
+
+While Django logs a connection's queries (``DEBUG``, ``assertNumQueries``) the
+statements run through Django's own cursor instead, with their SQL in the log.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_dbqueue.sql.rows import Row, fetch
+from django_dbqueue.sql.rows import Row
 
 #: psycopg's default: a statement run this many times prepares itself. The
 #: queue's statements ask to be prepared at once (``prepare=True``) anyway.
@@ -48,18 +56,14 @@ def disable(connection: BaseDatabaseWrapper) -> None:
         connection.connection.prepare_threshold = None
 
 
-def prepares(connection: BaseDatabaseWrapper) -> bool:
-    """Whether the queue's statements on ``connection`` (an open one) run prepared.
+def handles(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the queue's statements on ``connection`` (an open one) run here (``run``).
 
-    Not while Django logs the connection's queries (``DEBUG``,
+    On psycopg 3, unless Django logs the connection's queries (``DEBUG``,
     ``assertNumQueries``): its log cannot show a prepared statement's SQL, so
     those run through Django's own cursor as usual.
     """
-    return (
-        _psycopg3(connection)
-        and connection.connection.prepare_threshold is not None
-        and not connection.queries_logged
-    )
+    return _psycopg3(connection) and not connection.queries_logged
 
 
 def _psycopg3(connection: BaseDatabaseWrapper) -> bool:
@@ -76,14 +80,19 @@ def _driver_is_psycopg3() -> bool:
 
 
 def run(connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, Any]) -> list[Row]:
-    """Execute one statement prepared on ``connection`` (open); its rows by name (none: ``[]``).
+    """Execute one statement on ``connection`` (open); its rows by name (none: ``[]``).
 
-    The statement goes through Django's cursor wrapper (execute wrappers,
-    Django's exceptions) around a server-side binding cursor.
+    Prepared, on a server-side binding cursor, where the connection allows
+    preparation; otherwise on a cursor of the connection's own class. Either
+    goes through Django's cursor wrapper (execute wrappers, Django's exceptions).
     """
     connection.validate_thread_sharing()
+    psycopg_connection = connection.connection
     with connection.wrap_database_errors:
-        raw = _preparing_cursor()(connection.connection)
+        if psycopg_connection.prepare_threshold is None:
+            raw = psycopg_connection.cursor(row_factory=_dict_row())
+        else:
+            raw = _preparing_cursor()(psycopg_connection, row_factory=_dict_row())
     if connection.timezone is not None:
         # Django reads timestamptz with a loader of its own, in Python, only to pin the zone
         # the session already has under USE_TZ; psycopg's own (C) loader reads the same aware
@@ -91,7 +100,8 @@ def run(connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, An
         raw.adapters.register_loader("timestamptz", _timestamptz_loader())
     with connection.make_cursor(raw) as cursor:
         cursor.execute(statement, params)
-        return fetch(cursor)
+        result = raw.pgresult
+        return cursor.fetchall() if result is not None and result.nfields else []
 
 
 @functools.cache
@@ -114,3 +124,11 @@ def _preparing_cursor() -> type[Any]:
             return super().execute(query, params, prepare=True)
 
     return PreparingCursor
+
+
+@functools.cache
+def _dict_row() -> Any:
+    """psycopg's ``dict_row``: rows as ``{column name: value}``, names read once per result."""
+    from psycopg.rows import dict_row
+
+    return dict_row
