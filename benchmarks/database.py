@@ -63,6 +63,21 @@ SELECT coalesce(extract(epoch FROM max(first_claim) - min(first_claim)), 0) FROM
 ) per_worker
 """
 
+#: The drain's rate over each quarter of the jobs, in claim order (ids, all due at once): from
+#: the quarter's first claim to its last completion, by the database clock.
+QUARTERS = """
+SELECT count(*) / nullif(extract(epoch FROM max(finished_at) - min(started_at)), 0)
+FROM (
+    SELECT ntile(4) OVER (ORDER BY id) AS quarter, started_at, finished_at FROM dbqueue_job
+    WHERE id BETWEEN %(first)s AND %(last)s AND state = 'succeeded'
+) succeeded
+GROUP BY quarter ORDER BY quarter
+"""
+
+AUTOVACUUMS = """
+SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'dbqueue_job'::regclass
+"""
+
 SHARES = """
 SELECT last_worker_id, count(*) FROM dbqueue_job
 WHERE id BETWEEN %(first)s AND %(last)s AND state = 'succeeded'
@@ -187,6 +202,19 @@ def span(conn: Connection, ids: Ids) -> Span:
     succeeded, seconds = one(conn, SPAN, ids.params())
     (skew,) = one(conn, START_SKEW, ids.params())
     return Span(succeeded, float(seconds or 0), float(skew))
+
+
+def rate_by_quarter(conn: Connection, ids: Ids) -> list[float]:
+    """Jobs per second over each quarter of the jobs among ``ids`` that succeeded, in id order.
+
+    A drain that slows as it goes (dead index entries piling up, say) shows it here.
+    """
+    return [float(rate or 0) for (rate,) in conn.execute(QUARTERS, ids.params())]
+
+
+def autovacuums(conn: Connection) -> int:
+    """How many times autovacuum has vacuumed the job table since the server's statistics began."""
+    return int(one(conn, AUTOVACUUMS)[0])
 
 
 def shares(conn: Connection, ids: Ids) -> dict[str, int]:

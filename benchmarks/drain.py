@@ -164,12 +164,19 @@ def run_backlog(session: Session) -> None:
     ids = database.seed(session.harness, sizes.backlog_ready)
     database.vacuum(session.harness)
     drain = Drain("drain_backlog", 1, 8, raw="raw_claim_complete_b8")
+    vacuumed_before = database.autovacuums(session.harness)
     result = measure(session, drain, ids, sizes.long_drain_deadline)
     # Every drained job leaves a dead entry in the ready index until a vacuum removes it,
-    # so whether the server's autovacuum runs shapes this figure (migration 0008).
+    # so whether the server's autovacuum runs shapes this figure (migration 0008): the
+    # details say how often it ran and how the rate moved over the drain.
     (autovacuum,) = database.one(session.harness, "SHOW autovacuum")
     label = f"{drain.label}, {sizes.backlog_finished:,} finished rows, autovacuum {autovacuum}"
-    details = {**result.details, "autovacuum": autovacuum}
+    details = {
+        **result.details,
+        "autovacuum": autovacuum,
+        "autovacuums_during_drain": database.autovacuums(session.harness) - vacuumed_before,
+        "jobs_per_second_by_quarter": database.rate_by_quarter(session.harness, ids),
+    }
     session.results.add(dataclasses.replace(result, label=label, details=details))
 
 

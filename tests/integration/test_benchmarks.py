@@ -158,6 +158,10 @@ def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path
     # CPU per job is a difference of clock ticks: on a quick run it may round to zero.
     figures = {key: result["value"] for key, result in results.items() if key not in POOLER_CPU}
     assert all(figure > 0 for figure in figures.values()), figures
+    backlog = results["drain_backlog"]["details"]
+    assert len(backlog["jobs_per_second_by_quarter"]) == 4, backlog
+    assert all(rate > 0 for rate in backlog["jobs_per_second_by_quarter"]), backlog
+    assert backlog["autovacuums_during_drain"] >= 0, backlog
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 40)
