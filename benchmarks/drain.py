@@ -170,10 +170,13 @@ def run_backlog(session: Session) -> None:
     # so whether the server's autovacuum runs shapes this figure (migration 0008): the
     # details say how often it ran and how the rate moved over the drain.
     (autovacuum,) = database.one(session.harness, "SHOW autovacuum")
-    label = f"{drain.label}, {sizes.backlog_finished:,} finished rows, autovacuum {autovacuum}"
+    (naptime,) = database.one(session.harness, "SHOW autovacuum_naptime")
+    vacuuming = f"autovacuum {autovacuum}" + (f" (naptime {naptime})" if autovacuum == "on" else "")
+    label = f"{drain.label}, {sizes.backlog_finished:,} finished rows, {vacuuming}"
     details = {
         **result.details,
         "autovacuum": autovacuum,
+        "autovacuum_naptime": naptime,
         "autovacuums_during_drain": database.autovacuums(session.harness) - vacuumed_before,
         "jobs_per_second_by_quarter": database.rate_by_quarter(session.harness, ids),
     }
