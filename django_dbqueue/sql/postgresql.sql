@@ -27,8 +27,9 @@ SELECT pg_notify(%(channel)s, %(payload)s) AS notified;
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job is skipped, never an error, so the caller's transaction stays
--- usable: ON CONFLICT names no target, which plans faster, and the active dedupe index
--- is the only unique one a new row can hit (ids come from the sequence). With
+-- usable. ON CONFLICT names the active dedupe index, so any other conflict is an error:
+-- an id the sequence hands out that a row holds already (a table restored with its ids
+-- but not its sequence) fails the statement, whole, instead of skipping the job. With
 -- %(notify)s, listeners on %(channel)s hear of the queue when the transaction commits
 -- (the caller notifies once per queue and transaction). Every row of the statement has
 -- the same created_at and run_at, so only the first row (lowest id) returns them; the
@@ -48,7 +49,8 @@ WITH inserted AS (
         '[]'::jsonb
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+    DO NOTHING
     RETURNING id, created_at, run_at
 ),
 first AS (SELECT min(id) AS id FROM inserted)
@@ -73,7 +75,8 @@ INSERT INTO dbqueue_job (
     0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
     %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb
 )
-ON CONFLICT DO NOTHING
+ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+DO NOTHING
 RETURNING id, created_at, run_at,
           CASE WHEN %(notify)s THEN pg_notify(%(channel)s, %(queue)s) END AS notified;
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models.signals import post_init, post_save
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -599,6 +599,44 @@ class TestShapes:
 
 
 # --- Dedupe ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def next_id_taken() -> Job:
+    """An active job whose id the table's sequence hands out next, as after a restore of the
+    table's rows (ids included) that did not reset its sequence."""
+    job = noop.enqueue()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('dbqueue_job', 'id'), %s, false)", [job.pk]
+        )
+    return job
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+class TestTakenId:
+    """An id already in the table is an error, never a skipped row or another job returned."""
+
+    def test_enqueue_raises_and_returns_no_other_job_as_its_own(self, next_id_taken: Job) -> None:
+        with pytest.raises(IntegrityError, match="dbqueue_job_pkey"):
+            noop.enqueue()
+        assert job_ids_in_db() == [next_id_taken.pk]
+
+    def test_enqueue_with_a_dedupe_key_raises(self, next_id_taken: Job) -> None:
+        with pytest.raises(IntegrityError, match="dbqueue_job_pkey"):
+            noop.using(dedupe_key="k").enqueue()
+        assert job_ids_in_db() == [next_id_taken.pk]
+
+    def test_enqueue_many_raises_and_writes_none_of_its_jobs(self, next_id_taken: Job) -> None:
+        with connection.cursor() as cursor:  # the taken id comes second in the batch
+            cursor.execute(
+                "SELECT setval(pg_get_serial_sequence('dbqueue_job', 'id'), %s, false)",
+                [next_id_taken.pk - 1],
+            )
+        with pytest.raises(IntegrityError, match="dbqueue_job_pkey"):
+            noop.enqueue_many([((), {})] * 3)
+        assert job_ids_in_db() == [next_id_taken.pk]
 
 
 @pytest.mark.django_db(transaction=True)
