@@ -168,7 +168,12 @@ def insert(
     shape = shape or Shape.of(spec, cfg)
     connection = connections[cfg.database]
     pending = wakeups.pending(connection)
-    params = {**shape.params, "rows": rows, "notify": wakeups.notifies(pending, spec.queue)}
+    params = {
+        **shape.params,
+        "rows": rows,
+        "count": len(calls),
+        "notify": wakeups.notifies(pending, spec.queue),
+    }
     statement = (
         "insert_job" if len(calls) == 1 and sql.defines(connection, "insert_job") else "insert_jobs"
     )

@@ -12,10 +12,18 @@
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job hits the unique index on the generated active_dedupe_key column
--- and is skipped, never an error. The rows inserted are read back by the batch's
--- creation time, unique to the microsecond. (%(channel)s and %(notify)s are unused: no
--- NOTIFY.)
-SET @dbqueue_inserted_at = UTC_TIMESTAMP(6);
+-- and is skipped, never an error. The rows inserted are read back by primary key: the
+-- first %(count)s rows from LAST_INSERT_ID() (the first id this insert generated on this
+-- connection) with the batch's creation time and task. So the read costs a few rows at any
+-- table size, and another connection's job is never read back, even one stamped in the
+-- same microsecond: its id comes before ours, or after all of ours. That holds because an
+-- insert's ids are consecutive under innodb_autoinc_lock_mode 0 and 1. Under 2, MySQL 8's
+-- default, another insert may take ids among a batch's, and such a job could be read back
+-- in place of one of the batch's own; one row's id is exact under every mode. Before the
+-- insert, LAST_INSERT_ID() is set past every id, so a skipped duplicate, which generates
+-- no id, reads back nothing. (%(channel)s and %(notify)s are unused: no NOTIFY.)
+SET @dbqueue_inserted_at = UTC_TIMESTAMP(6),
+    @dbqueue_no_id = LAST_INSERT_ID(18446744073709551615);
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
@@ -32,8 +40,9 @@ FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
 ORDER BY item.position
 ON DUPLICATE KEY UPDATE id = id;
 SELECT id, created_at, run_at FROM dbqueue_job
-WHERE created_at = @dbqueue_inserted_at AND task = %(task)s
-ORDER BY id;
+WHERE id >= LAST_INSERT_ID() AND created_at = @dbqueue_inserted_at AND task = %(task)s
+ORDER BY id
+LIMIT %(count)s;
 
 -- name: claim
 -- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue),

@@ -1,4 +1,5 @@
-"""On MySQL/MariaDB the claim reads ready jobs through the state-led index, in order."""
+"""On MySQL/MariaDB the claim reads ready jobs through the state-led index, in order, and an
+enqueue reads its rows back through the primary key, however many jobs the table holds."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from django.db import connection
 
 from django_dbqueue import sql
+from tests.jobs.tasks import noop
 
 logger = logging.getLogger(__name__)
 
@@ -60,3 +62,36 @@ def test_claim_reads_ready_jobs_in_index_order(big_backlog: None, queues: list[s
     logger.info(
         f"claim over {2 * BACKLOG} rows, queues={queues}: {outer['r_total_time_ms']:.2f} ms"
     )
+
+
+@pytest.mark.mysql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("calls", [1, 3])
+def test_an_enqueue_reads_its_rows_back_by_primary_key(big_backlog: None, calls: int) -> None:
+    """200,000 jobs of the same task in the table; the read-back reads this insert's rows only."""
+    *write, read_back = sql.statements("mysql")["insert_jobs"].split(sql.STATEMENT_END)
+    params = {
+        "queue": "default",
+        "task": noop.name,
+        "rows": json.dumps([{"args": [], "kwargs": {}}] * calls),
+        "count": calls,
+        "priority": 0,
+        "run_at": None,
+        "delay": 0,
+        "max_attempts": 5,
+        "lease_seconds": 60,
+        "dedupe_key": None,
+        "serial_key": None,
+        "subject_type_id": None,
+        "subject_id": None,
+        "backend": None,
+    }
+    with connection.cursor() as cursor:
+        for statement in write:
+            cursor.execute(statement, params)
+        cursor.execute("ANALYZE FORMAT=JSON " + read_back, params)
+        (plan,) = cursor.fetchone()
+    outer = json.loads(plan)["query_block"]
+    table = outer.get("table") or outer["nested_loop"][0]["table"]
+    assert table["key"] == "PRIMARY"
+    assert table["r_rows"] == calls, f"read {table['r_rows']} rows to read back {calls}"

@@ -639,6 +639,56 @@ class TestTakenId:
         assert job_ids_in_db() == [next_id_taken.pk]
 
 
+def commit_a_twin_after_the_insert(
+    execute: Callable[..., Any], sql_text: str, params: Any, many: bool, context: dict[str, Any]
+) -> Any:
+    """Execute wrapper: right after the job insert, another connection commits a job of the
+    same task stamped with the same creation time (a job enqueued elsewhere in the same
+    microsecond)."""
+    result = execute(sql_text, params, many, context)
+    if sql_text.lstrip().startswith("INSERT INTO dbqueue_job"):
+        raw = context["connection"].connection
+        with raw.cursor() as cursor:
+            cursor.execute("SELECT @dbqueue_inserted_at")
+            (stamped,) = cursor.fetchone()
+        run_in_thread(lambda: insert_twin(stamped))
+    return result
+
+
+def insert_twin(created_at: str) -> None:
+    """A ready ``echo`` job created at ``created_at``, committed on this thread's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,"
+            " attempts, max_attempts, lease_token, lease_seconds, created_at,"
+            " last_worker_id, last_error_code, last_error, errors)"
+            " VALUES ('default', %s, '[]', '{}', 'ready', 0, %s, 0, 5, 0, 60, %s,"
+            " '', '', '', '[]')",
+            [echo.name, created_at, created_at],
+        )
+
+
+@pytest.mark.mysql
+@pytest.mark.django_db(transaction=True)
+class TestJobsOfOtherConnections:
+    """Another connection's job stamped in the same microsecond is never read back as ours."""
+
+    def test_enqueue_returns_its_own_job(self) -> None:
+        with connection.execute_wrapper(commit_a_twin_after_the_insert):
+            job = echo.enqueue("ours")
+        assert len(job_ids_in_db()) == 2
+        assert job.args == ["ours"]
+        assert_matches_row(job)
+
+    def test_enqueue_many_returns_its_own_jobs(self) -> None:
+        with connection.execute_wrapper(commit_a_twin_after_the_insert):
+            jobs = echo.enqueue_many([(("first",), {}), (("second",), {})])
+        assert len(job_ids_in_db()) == 3
+        assert [job.args for job in jobs] == [["first"], ["second"]]
+        for job in jobs:
+            assert_matches_row(job)
+
+
 @pytest.mark.django_db(transaction=True)
 class TestDedupe:
     def test_same_key_returns_existing_job_and_ignores_later_options(self) -> None:
