@@ -178,6 +178,10 @@ class Worker:
                 self._wait(self.wake, self.pacing.wait(self.poll_interval))
                 continue
             started = time.monotonic()
+            # Counted before the claim: a job still running then may, once it ends, make
+            # another one due (its serial key's next job, its own retry) after the claim
+            # looked, so only a claim made with none running may end a burst.
+            had_jobs = len(self.live) > 0
             try:
                 claimed = leases.claim(self.queues, self.worker_id, wanted)
             except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
@@ -188,7 +192,7 @@ class Worker:
             survival.succeeded()
             if claimed:
                 self._start_jobs(claimed)
-            if not claimed and self.options.burst and not self.live:
+            if not claimed and self.options.burst and not had_jobs:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
             if len(claimed) < wanted:

@@ -61,6 +61,35 @@ class TestWorkerInProcess:
         assert worker.counters.snapshot()["claimed"] == 30
         assert worker.counters.snapshot()["succeeded"] == 30
 
+    def test_a_burst_outlasts_a_claim_that_ran_while_its_own_job_still_held_the_key(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The burst ends on an empty claim only if the worker had no job when it claimed.
+
+        Here the claim finds the key's second job waiting on the first, this worker's own,
+        and the first job's success is written before the empty answer comes back.
+        """
+        monkeypatch.setattr(tasks, "HELD", tasks.Held())
+        tasks.held.using(serial_key="k").enqueue()
+        tasks.held.using(serial_key="k").enqueue()
+        worker = Worker(WorkerOptions(burst=True, concurrency=2))
+        claim = leases.claim
+        raced: list[int] = []
+
+        def claim_racing_the_first_success(*args: Any, **kwargs: Any) -> list[leases.Lease]:
+            had_jobs = len(worker.live) > 0
+            claimed = claim(*args, **kwargs)
+            if had_jobs and not claimed and not raced:
+                raced.append(len(worker.live))
+                tasks.HELD.let_go(2)
+                wait_until(lambda: len(worker.live) == 0, what="the first job's success written")
+            return claimed
+
+        monkeypatch.setattr(leases, "claim", claim_racing_the_first_success)
+        worker.run()
+        assert raced == [1], "no claim ran while the first job held the key"
+        assert Job.objects.succeeded().count() == 2
+
     def test_a_claim_resolves_each_task_once_and_each_failure_for_its_own_job(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
