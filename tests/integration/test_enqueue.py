@@ -601,15 +601,20 @@ class TestShapes:
 # --- Dedupe ---------------------------------------------------------------------------------
 
 
+def hand_out_next(job_id: int) -> None:
+    """Set the job table's id sequence so that its next id is ``job_id``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('dbqueue_job', 'id'), %s, false)", [job_id]
+        )
+
+
 @pytest.fixture
 def next_id_taken() -> Job:
     """An active job whose id the table's sequence hands out next, as after a restore of the
     table's rows (ids included) that did not reset its sequence."""
     job = noop.enqueue()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT setval(pg_get_serial_sequence('dbqueue_job', 'id'), %s, false)", [job.pk]
-        )
+    hand_out_next(job.pk)
     return job
 
 
@@ -629,11 +634,7 @@ class TestTakenId:
         assert job_ids_in_db() == [next_id_taken.pk]
 
     def test_enqueue_many_raises_and_writes_none_of_its_jobs(self, next_id_taken: Job) -> None:
-        with connection.cursor() as cursor:  # the taken id comes second in the batch
-            cursor.execute(
-                "SELECT setval(pg_get_serial_sequence('dbqueue_job', 'id'), %s, false)",
-                [next_id_taken.pk - 1],
-            )
+        hand_out_next(next_id_taken.pk - 1)  # the taken id comes second in the batch
         with pytest.raises(IntegrityError, match="dbqueue_job_pkey"):
             noop.enqueue_many([((), {})] * 3)
         assert job_ids_in_db() == [next_id_taken.pk]
