@@ -187,13 +187,14 @@ def _check_whole(
 def _check_retention(merged: dict[str, Any]) -> list[CheckMessage]:
     return [
         Error(
-            f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a positive timedelta or None (keep).",
+            f"DBQUEUE[{key!r}] is {merged[key]!r}; it must be a timedelta of 0 or more "
+            "(0: delete at the next sweep) or None (keep).",
             hint=f"For example timedelta(days=7). The default is {conf.DEFAULTS[key]!r}.",
             id="dbqueue.E007",
         )
         for key in ("SUCCEEDED_RETENTION", "DEAD_RETENTION")
         if merged[key] is not None
-        and not (isinstance(merged[key], timedelta) and merged[key] > timedelta(0))
+        and not (isinstance(merged[key], timedelta) and merged[key] >= timedelta(0))
     ]
 
 

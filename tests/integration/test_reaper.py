@@ -50,6 +50,16 @@ class TestPurge:
         assert reaper.purge() == 0
         assert Job.objects.count() == 1
 
+    def test_zero_retention_deletes_every_finished_job_at_the_next_sweep(
+        self, settings: Settings
+    ) -> None:
+        settings.DBQUEUE = {"SUCCEEDED_RETENTION": timedelta(0), "DEAD_RETENTION": timedelta(0)}
+        for traits in ({"succeeded": True}, {"dead": True}, {"cancelled": True}):
+            finished_ago(timedelta(milliseconds=1), **traits)
+        ready = JobFactory()
+        assert reaper.purge() == 3
+        assert list(Job.objects.values_list("pk", flat=True)) == [ready.pk]
+
     def test_ready_and_running_jobs_are_never_deleted(self, settings: Settings) -> None:
         settings.DBQUEUE = {
             "SUCCEEDED_RETENTION": timedelta(seconds=1),
