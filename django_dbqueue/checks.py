@@ -1,8 +1,9 @@
 """System checks for the ``DBQUEUE`` settings, the database behind the queue and
 the ``django.tasks`` backend's ``TASKS`` entry.
 
-Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` warnings; the
-backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and ``dbqueue.W101``.
+Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` and ``W005``
+warnings; the backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and
+``dbqueue.W101``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 #: SQLite gained ``UPDATE ... RETURNING`` in 3.35.
 SQLITE_MINIMUM = (3, 35, 0)
+#: SQLite transaction modes that take the write lock at ``BEGIN`` (``dbqueue.W005``).
+SQLITE_LOCKING_MODES = ("IMMEDIATE", "EXCLUSIVE")
 #: ``SKIP LOCKED`` (and JSON_TABLE): MySQL 8.0.1, MariaDB 10.6.
 MYSQL_MINIMUM = (8, 0, 1)
 MARIADB_MINIMUM = (10, 6)
@@ -344,6 +347,37 @@ def check_mysql_version(databases: Any = None, **_: Any) -> list[CheckMessage]:
             "(FOR UPDATE SKIP LOCKED, JSON_TABLE).",
             hint="Upgrade the server (MySQL 8.0.1+ or MariaDB 10.6+), or use PostgreSQL.",
             id="dbqueue.E011",
+        )
+    ]
+
+
+@register(deploy=False)
+def check_sqlite_transaction_mode(databases: Any = None, **_: Any) -> list[CheckMessage]:
+    """The queue's SQLite database begins transactions ``IMMEDIATE`` (``dbqueue.W005``).
+
+    SQLite has one writer. A transaction begun ``DEFERRED`` (Django's default)
+    that reads, then writes, is refused with ``database is locked`` the moment
+    another connection (a worker) holds the write lock: SQLite cannot wait for
+    it without risking a deadlock, so no timeout helps. ``IMMEDIATE`` (or
+    ``EXCLUSIVE``) takes the lock at ``BEGIN``, where the busy timeout applies.
+    """
+    alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return []  # Reported by check_settings.
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return []
+    mode = connection.settings_dict.get("OPTIONS", {}).get("transaction_mode")
+    if isinstance(mode, str) and mode.upper() in SQLITE_LOCKING_MODES:
+        return []
+    return [
+        Warning(
+            f"DATABASES[{alias!r}] (the queue's SQLite database) begins transactions "
+            f"{mode or 'DEFERRED'}: while a worker writes, a transaction that reads and "
+            "then writes (a view that enqueues) fails at once with 'database is locked', "
+            "whatever the timeout.",
+            hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE".',
+            id="dbqueue.W005",
         )
     ]
 

@@ -16,6 +16,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ``postgresql``: PostgreSQL only (NOTIFY, EXPLAIN plans, catalogs).
     ``mysql``: MySQL/MariaDB only (their EXPLAIN plans).
     ``locking``: row locks with SKIP LOCKED (PostgreSQL, MySQL/MariaDB; not SQLite).
+    ``sqlite``: SQLite only (its one-writer locking).
     """
     from django.conf import settings
 
@@ -24,6 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         "postgresql": "postgresql" in engine,
         "mysql": "mysql" in engine,
         "locking": "postgresql" in engine or "mysql" in engine,
+        "sqlite": "sqlite" in engine,
     }
     for marker, available in needs.items():
         if available:

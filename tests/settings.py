@@ -24,7 +24,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not Django's shared in-memory database, so threads get real SQLite locking.
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"] + ".test"}
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # BEGIN IMMEDIATE: a transaction that reads, then writes, waits for the write lock
+    # (up to the timeout) instead of being refused with "database is locked" (dbqueue.W005).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    )
 # A second alias on the same database, standing in for a read replica (READ_DATABASE).
 DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 

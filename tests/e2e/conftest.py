@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test here is e2e and needs PostgreSQL."""
+    """Every test here is e2e (and needs PostgreSQL unless its markers say otherwise)."""
     for item in items:
         if Path(str(item.fspath)).parent == Path(__file__).parent:
             item.add_marker(pytest.mark.e2e)
@@ -96,7 +96,8 @@ def worker_env(request: pytest.FixtureRequest) -> dict[str, str]:
     """Environment pointing a subprocess at this test run's database.
 
     Workers run against PostgreSQL; tests marked ``locking`` (vendor-neutral
-    behaviour) also run against MySQL/MariaDB.
+    behaviour) also run against MySQL/MariaDB, tests marked ``sqlite`` against
+    the SQLite test database's file.
     """
     db = connection.settings_dict
     host, port = db["HOST"] or "127.0.0.1", db["PORT"]
@@ -104,6 +105,8 @@ def worker_env(request: pytest.FixtureRequest) -> dict[str, str]:
         url = f"postgres://{db['USER']}@{host}:{port or 5432}/{db['NAME']}"
     elif connection.vendor == "mysql" and request.node.get_closest_marker("locking"):
         url = f"mysql://{db['USER']}@{host}:{port or 3306}/{db['NAME']}"
+    elif connection.vendor == "sqlite" and request.node.get_closest_marker("sqlite"):
+        url = f"sqlite:///{db['NAME']}"
     else:
         pytest.skip(f"these worker processes do not run against {connection.vendor}")
     return {

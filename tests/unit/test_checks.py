@@ -53,6 +53,7 @@ def queue_alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_test_settings_produce_no_messages() -> None:
     assert checks.check_settings() == []
     assert checks.check_database() == []
+    assert checks.check_sqlite_transaction_mode() == []
 
 
 def test_absent_dbqueue_setting_produces_no_messages(settings: Settings) -> None:
@@ -302,6 +303,42 @@ def test_sqlite_3_35_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 35, 0))
 
     assert checks.check_database() == []
+
+
+def sqlite_options(monkeypatch: pytest.MonkeyPatch, **options: object) -> None:
+    """Make the default alias look like SQLite configured with ``options``."""
+    monkeypatch.setattr(connections["default"], "vendor", "sqlite")
+    monkeypatch.setitem(connections["default"].settings_dict, "OPTIONS", options)
+
+
+@pytest.mark.parametrize("options", [{}, {"transaction_mode": "DEFERRED"}, {"timeout": 60}])
+def test_w005_sqlite_queue_database_not_in_immediate_mode(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, object]
+) -> None:
+    sqlite_options(monkeypatch, **options)
+
+    messages = checks.check_sqlite_transaction_mode()
+
+    assert ids(messages) == ["dbqueue.W005"]
+    (message,) = only(messages, "dbqueue.W005")
+    assert "database is locked" in message.msg
+    assert '["transaction_mode"] = "IMMEDIATE"' in message.hint
+
+
+@pytest.mark.parametrize("mode", ["IMMEDIATE", "immediate", "EXCLUSIVE"])
+def test_sqlite_in_a_mode_that_locks_at_begin_is_accepted(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    sqlite_options(monkeypatch, transaction_mode=mode)
+
+    assert checks.check_sqlite_transaction_mode() == []
+
+
+def test_transaction_mode_is_not_asked_of_other_databases(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "postgresql")
+    monkeypatch.setitem(connections["default"].settings_dict, "OPTIONS", {})
+
+    assert checks.check_sqlite_transaction_mode() == []
 
 
 def test_w001_queue_alias_other_than_where_business_models_save(
