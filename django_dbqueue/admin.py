@@ -85,7 +85,10 @@ class StateFilter(admin.SimpleListFilter):
 
 class RequeueForm(forms.Form):
     extra_attempts = forms.IntegerField(
-        min_value=1, max_value=1000, initial=1, help_text="Attempts granted on top of the budget."
+        min_value=1,
+        max_value=leases.MAX_EXTRA_ATTEMPTS,
+        initial=1,
+        help_text="Attempts granted on top of the budget.",
     )
 
 

@@ -11,6 +11,7 @@ the caller logs it and never retries the write.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
@@ -35,6 +36,9 @@ REAP_BATCH = 100
 
 #: Runs of the requeue statement before a dedupe-key conflict with concurrent writers is raised.
 REQUEUE_TRIES = 3
+#: Most attempts one requeue grants (the admin's form and ``dbqueue_requeue`` take up to
+#: this), far from where ``max_attempts`` (a 32-bit integer column) would overflow.
+MAX_EXTRA_ATTEMPTS = 1000
 
 #: ``(task, backend) -> Backoff``: a job's retry policy, from the columns naming its task.
 BackoffLookup = Callable[[str, "str | None"], Backoff]
@@ -490,8 +494,10 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
     also when a concurrent enqueue or requeue takes the key meanwhile (the
     statement is then run again, and sees it). ``actor`` is logged.
     """
-    if extra_attempts < 1:
-        raise ValueError(f"extra_attempts must be 1 or more, not {extra_attempts}.")
+    if not 1 <= extra_attempts <= MAX_EXTRA_ATTEMPTS:
+        raise ValueError(
+            f"extra_attempts must be from 1 to {MAX_EXTRA_ATTEMPTS}, not {extra_attempts}."
+        )
     ids = [int(job_id) for job_id in job_ids]
     if not ids:
         return RequeueResult(requeued=[], duplicates=[])
@@ -509,8 +515,16 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
             if attempt == REQUEUE_TRIES:
                 raise
     if requeued:
-        log.info(
-            "requeued dead jobs ids=%s extra_attempts=%s actor=%s", requeued, extra_attempts, actor
+        # Once committed: a caller's transaction that rolls back (a dry run) requeued nothing.
+        transaction.on_commit(
+            functools.partial(
+                log.info,
+                "requeued dead jobs ids=%s extra_attempts=%s actor=%s",
+                requeued,
+                extra_attempts,
+                actor,
+            ),
+            using=connection.alias,
         )
     return RequeueResult(requeued=requeued, duplicates=duplicates)
 

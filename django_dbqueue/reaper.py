@@ -65,8 +65,11 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
     jobs are never touched: each batch is locked (rows others hold are
     skipped) and deleted by a statement that re-checks state and age
     (``delete_where``). Returns how many rows were deleted, or with
-    ``dry_run`` how many would be, deleting nothing.
+    ``dry_run`` how many would be, deleting nothing. A ``batch_size`` below 1
+    is a ``ValueError``.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be 1 or more, not {batch_size}.")
     database = conf.get().database
     deleted = 0
     for states, age in retention_rules():

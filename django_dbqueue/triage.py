@@ -8,15 +8,13 @@ list, and a job whose state changed meanwhile is skipped by the protocol.
 
 from __future__ import annotations
 
-import argparse
-import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from django.db import transaction
 from django.db.models import QuerySet
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
 from django_dbqueue import conf
 from django_dbqueue.models import Job, JobQuerySet
@@ -25,9 +23,6 @@ from django_dbqueue.models import Job, JobQuerySet
 BATCH = 500
 #: Ids a report names before it says how many more there are.
 NAMED_IDS = 20
-#: ``--since`` as an age: a number and a unit (seconds, minutes, hours, days).
-AGE = re.compile(r"(\d{1,9})([smhd])")
-AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 @dataclass(frozen=True)
@@ -91,37 +86,20 @@ def named(ids: Iterable[int]) -> str:
     return text
 
 
-def parse_ids(text: str) -> list[int]:
-    """``"3,5, 8"`` -> ``[3, 5, 8]``; anything else is an argparse error naming the value."""
-    try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of job ids; write them as 12,15,20."
-        ) from None
-    if not ids or any(job_id < 1 for job_id in ids):
-        raise argparse.ArgumentTypeError(f"{text!r}: job ids are positive whole numbers.")
-    return ids
+@contextmanager
+def rolled_back_if(dry_run: bool) -> Iterator[None]:
+    """With ``dry_run``, run the block in one transaction on the queue's database, then
+    roll it back; without it, just run the block.
 
-
-def parse_since(text: str) -> datetime:
-    """An age (``90s``, ``30m``, ``2h``, ``7d``: that long ago) or an ISO date/time.
-
-    A time without a zone is read in the current time zone. Anything else is
-    an argparse error that shows both forms.
+    A dry run thus takes the very path the real run takes (the same batches and
+    protocol calls, each seeing what the ones before it did), so its report is
+    the real run's, skips included. It holds the locks of what it touched until
+    it ends; what the protocol logs or announces at commit never happens.
     """
-    age = AGE.fullmatch(text.strip())
-    if age:
-        return timezone.now() - timedelta(**{AGE_UNITS[age.group(2)]: int(age.group(1))})
-    try:
-        moment = parse_datetime(text.strip())
-        day = None if moment else parse_date(text.strip())
-    except ValueError:
-        moment = day = None
-    if day is not None:
-        moment = datetime(day.year, day.month, day.day)
-    if moment is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither an age nor a date: write 30m, 2h, 7d, or 2025-06-01T09:00."
-        )
-    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
+    if not dry_run:
+        yield
+        return
+    database = conf.get().database
+    with transaction.atomic(using=database):
+        yield
+        transaction.set_rollback(True, using=database)

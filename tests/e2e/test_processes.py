@@ -114,7 +114,9 @@ def test_a_sigkilled_process_is_restarted_and_every_job_still_runs(
 
 @pytest.mark.parametrize("value", ["0", "-2"])
 def test_processes_below_one_is_a_command_error(value: str) -> None:
-    with pytest.raises(CommandError, match=rf"--processes must be above 0, not {value}"):
+    with pytest.raises(
+        CommandError, match=rf"--processes: must be a whole number from 1 to 1024, not {value}"
+    ):
         call_command("runworkers", "--burst", "--processes", value)
 
 

@@ -3,12 +3,13 @@ counts, mistakes) and ``dbqueue_purge``."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
+from pytest_django import Settings
 
 from django_dbqueue.models import Job, JobState
 from tests.factories import JobFactory
@@ -65,7 +66,9 @@ class TestRequeueCommand:
 
     def test_dry_run_counts_and_changes_nothing(self) -> None:
         jobs = [dead(queue="mail") for _ in range(3)]
-        assert run("dbqueue_requeue", "--queue=mail", "--dry-run") == "would requeue 3 dead job(s)"
+        assert run("dbqueue_requeue", "--queue=mail", "--dry-run") == (
+            "would requeue 3 dead job(s) with 1 more attempt(s)"
+        )
         assert {states()[job.pk] for job in jobs} == {JobState.DEAD}
 
     def test_jobs_sharing_a_dedupe_key_requeue_one_and_name_the_others(self) -> None:
@@ -77,6 +80,25 @@ class TestRequeueCommand:
             f"{second.pk}, {third.pk}",
         ]
         assert states()[first.pk] == JobState.READY
+
+    def test_dry_run_reports_what_the_real_run_does_skips_included(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr("django_dbqueue.triage.BATCH", 4)  # keys shared across batches too
+        JobFactory(queue="other", dedupe_key="held")  # an active job holds this key
+        for key in ["a", None, "a", "b", None, "a", "held", "b", None]:
+            dead(queue="mail", dedupe_key=key)
+        before = states()
+
+        dry_run = run("dbqueue_requeue", "--queue=mail", "--dry-run")
+        assert states() == before
+        real_run = run("dbqueue_requeue", "--queue=mail")
+
+        assert real_run.splitlines()[0] == "requeued 5 dead job(s) with 1 more attempt(s)"
+        assert dry_run == real_run.replace("requeued", "would requeue", 1).replace(
+            "skipped", "would skip", 1
+        )
+        assert "would skip 4 whose task and dedupe key" in dry_run
 
     def test_works_in_batches_past_the_batch_size(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr("django_dbqueue.triage.BATCH", 4)
@@ -92,7 +114,10 @@ class TestRequeueCommand:
             ((), "Name the jobs: pass at least one of --ids"),
             (("--ids=1;2",), "is not a list of job ids"),
             (("--since=yesterday",), "is neither an age nor a date"),
-            (("--queue=mail", "--extra-attempts=0"), "--extra-attempts must be 1 or more"),
+            (
+                ("--queue=mail", "--extra-attempts=0"),
+                "argument --extra-attempts: must be a whole number from 1 to 1000, not 0",
+            ),
         ],
     )
     def test_mistakes_are_command_errors_that_change_nothing(
@@ -102,6 +127,23 @@ class TestRequeueCommand:
         with pytest.raises(CommandError, match=message):
             run("dbqueue_requeue", *args)
         assert states() == {job.pk: JobState.DEAD}
+
+    def test_since_without_use_tz_is_read_in_the_current_time_zone(
+        self, settings: Settings
+    ) -> None:
+        settings.USE_TZ = False
+        settings.TIME_ZONE = "Europe/Paris"
+        recent = dead(finished_at=datetime(2025, 6, 1, 10, 0))
+        early = dead(finished_at=datetime(2025, 6, 1, 8, 0))  # 06:00 UTC
+        assert run("dbqueue_requeue", "--since=2025-06-01T09:00") == (
+            "requeued 1 dead job(s) with 1 more attempt(s)"
+        )
+        assert states() == {recent.pk: JobState.READY, early.pk: JobState.DEAD}
+        with pytest.raises(CommandError, match="No dead job matches"):
+            run("dbqueue_requeue", "--since=2025-06-01T06:30:00+00:00")  # 08:30 in Paris
+        assert run("dbqueue_requeue", "--since=2025-06-01T05:30:00+00:00") == (
+            "requeued 1 dead job(s) with 1 more attempt(s)"
+        )
 
 
 class TestCancelCommand:
@@ -143,6 +185,85 @@ class TestCancelCommand:
         with pytest.raises(CommandError, match="Name the jobs"):
             run("dbqueue_cancel")
         assert set(states().values()) == {JobState.READY}
+
+    def test_since_a_date_without_use_tz(self, settings: Settings) -> None:
+        settings.USE_TZ = False
+        JobFactory(created_at=datetime(2025, 1, 1))
+        new = JobFactory(created_at=datetime(2025, 6, 2))
+        assert run("dbqueue_cancel", "--since=2025-06-01") == (
+            "cancelled 1 ready job(s); asked 0 running job(s) to stop"
+        )
+        assert states()[new.pk] == JobState.CANCELLED
+
+
+class TestNothingMatched:
+    """A selection that matches no job the command acts on says so, and exits 1."""
+
+    @pytest.mark.parametrize(
+        ("command", "kind"), [("dbqueue_requeue", "dead"), ("dbqueue_cancel", "ready or running")]
+    )
+    def test_a_task_that_matches_nothing_is_named_and_exits_1(
+        self, command: str, kind: str
+    ) -> None:
+        JobFactory(succeeded=True, queue="mail")
+        with pytest.raises(CommandError) as error:
+            run(command, "--task=shop.tasks.typo", "--queue=mail")
+        assert str(error.value) == (
+            f"No {kind} job matches --task shop.tasks.typo, --queue mail "
+            "(0 job(s) in any state); nothing was changed."
+        )
+        assert error.value.returncode == 1
+
+    def test_jobs_in_other_states_are_counted(self) -> None:
+        done = JobFactory(succeeded=True)
+        with pytest.raises(CommandError, match=r"No dead job matches --ids \d+ \(1 job\(s\)"):
+            run("dbqueue_requeue", f"--ids={done.pk}", "--dry-run")
+        assert states() == {done.pk: JobState.SUCCEEDED}
+
+
+#: Every numeric option of every command, out of range (or not a number), with the range
+#: its error must name.
+OUT_OF_RANGE = [
+    ("runworkers", "--concurrency", "0", "from 1 to 1024"),
+    ("runworkers", "--concurrency", "100000", "from 1 to 1024"),
+    ("runworkers", "--processes", "-2", "from 1 to 1024"),
+    ("runworkers", "--max-jobs", str(2**63), f"from 1 to {2**63 - 1}"),
+    ("runworkers", "--poll-interval", "inf", "seconds from above 0 to 3153600000"),
+    ("runworkers", "--poll-interval", "nan", "seconds from above 0"),
+    ("runworkers", "--shutdown-timeout", "-1", "seconds from 0 to 3153600000"),
+    ("runworkers", "--metrics-port", "65536", "from 1 to 65535"),
+    ("dbqueue_stats", "--watch", "inf", "seconds from above 0"),
+    ("dbqueue_stats", "--watch", "0", "seconds from above 0"),
+    ("dbqueue_purge", "--batch-size", "100000000000000000000", "from 1 to 10000"),
+    ("dbqueue_purge", "--batch-size", "1e20", "from 1 to 10000"),
+    ("dbqueue_requeue", "--extra-attempts", "2147483647", "from 1 to 1000"),
+    ("dbqueue_requeue", "--ids", str(2**63), f"from 1 to {2**63 - 1}"),
+    ("dbqueue_requeue", "--since", "999999999d", "within 36500 days"),
+    ("dbqueue_cancel", "--ids", f"5,{2**64}", f"from 1 to {2**63 - 1}"),
+    ("dbqueue_cancel", "--since", "0001-01-01", "within 36500 days"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "bounds"),
+    OUT_OF_RANGE,
+    ids=[f"{command}{option}={value}"[:60] for command, option, value, _ in OUT_OF_RANGE],
+)
+def test_out_of_range_numbers_are_command_errors_naming_option_and_range(
+    command: str, option: str, value: str, bounds: str
+) -> None:
+    ready, old_dead = JobFactory(queue="mail"), dead(queue="mail")
+    old_dead.finished_at = timezone.now() - timedelta(days=30)
+    old_dead.save()
+    selector = ["--queue=mail"] if command in ("dbqueue_requeue", "dbqueue_cancel") else []
+    with pytest.raises(CommandError) as error:
+        # runworkers --burst: were the option accepted, it would run and end, not raise.
+        run(command, *(["--burst"] if command == "runworkers" else []), *selector, option, value)
+    message = str(error.value)
+    assert message.startswith(f"Error: argument {option}:"), message
+    assert value in message, message
+    assert bounds in message, message
+    assert states() == {ready.pk: JobState.READY, old_dead.pk: JobState.DEAD}
 
 
 class TestPurge:

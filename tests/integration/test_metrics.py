@@ -318,7 +318,9 @@ class TestMetricsServer:
 class TestRunworkersMetricsOptions:
     @pytest.mark.parametrize("port", ["0", "65536", "-1"])
     def test_port_outside_1_to_65535_is_a_command_error(self, port: str) -> None:
-        with pytest.raises(CommandError, match="--metrics-port must be a TCP port from 1 to 65535"):
+        with pytest.raises(
+            CommandError, match="--metrics-port: must be a whole number from 1 to 65535"
+        ):
             call_command("runworkers", "--metrics-port", port)
 
     def test_missing_prometheus_client_is_a_command_error_naming_the_extra(

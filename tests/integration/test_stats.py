@@ -163,7 +163,7 @@ def test_humanise_ages(seconds: float | None, text: str) -> None:
 
 @pytest.mark.parametrize("every", ["0", "-1"])
 def test_watch_needs_a_positive_interval(every: str) -> None:
-    with pytest.raises(CommandError, match="--watch must be above 0"):
+    with pytest.raises(CommandError, match="--watch: must be a number of seconds from above 0"):
         run("--watch", every)
 
 

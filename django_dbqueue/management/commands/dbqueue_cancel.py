@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from django_dbqueue import leases, triage
-from django_dbqueue.management.selectors import add_selectors, selector_from
+from django_dbqueue.management.selectors import add_selectors, require_match, selector_from
 
 ACTOR = "dbqueue_cancel command"
 
@@ -16,7 +16,8 @@ class Command(BaseCommand):
     help = (
         "Cancel ready jobs at once and ask running jobs to stop (cooperative: their task "
         "sees context.cancel_requested). Select them with --ids, --task, --queue, "
-        "--error-code and --since (enqueued since). Finished jobs are left alone."
+        "--error-code and --since (enqueued since). Finished jobs are left alone. "
+        "Exits 1 when no ready or running job matches."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -26,8 +27,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, dry_run: bool, **options: Any) -> None:
-        jobs = selector_from(options).jobs(since_field="created_at")
+        selector = selector_from(options)
+        jobs = selector.jobs(since_field="created_at")
+        require_match(selector, jobs, jobs.active(), "ready or running")
         if dry_run:
+            # Counted, not run and rolled back: cancel() and request_cancel() take every ready
+            # and running job selected, and a rolled-back run would hold the running jobs'
+            # row locks against their workers' heartbeats until it ended.
             self.stdout.write(
                 f"would cancel {jobs.ready().count()} ready job(s) and ask "
                 f"{jobs.running().count()} running job(s) to stop"

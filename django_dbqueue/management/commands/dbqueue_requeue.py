@@ -4,46 +4,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from django_dbqueue import leases, triage
-from django_dbqueue.management.selectors import add_selectors, selector_from
+from django_dbqueue.management.options import EXTRA_ATTEMPTS
+from django_dbqueue.management.selectors import add_selectors, require_match, selector_from
+
+ACTOR = "dbqueue_requeue command"
 
 
 class Command(BaseCommand):
     help = (
         "Requeue dead jobs (same id, idempotency key and history) with more attempts. "
         "Select them with --ids, --task, --queue, --error-code and --since (died since); "
-        "at most one job per (task, dedupe key) is revived, the others are named."
+        "at most one job per (task, dedupe key) is revived, the others are named. "
+        "Exits 1 when no dead job matches."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_selectors(parser, since="dead jobs that died at or after this")
         parser.add_argument(
             "--extra-attempts",
-            type=int,
+            type=EXTRA_ATTEMPTS,
             default=1,
-            help="Attempts granted on top of each job's budget (default 1).",
+            help="Attempts granted on top of each job's budget "
+            f"(default 1, at most {leases.MAX_EXTRA_ATTEMPTS}).",
         )
         parser.add_argument(
-            "--dry-run", action="store_true", help="Count the dead jobs selected; change nothing."
+            "--dry-run",
+            action="store_true",
+            help="Report what a real run would requeue and skip, then roll it all back.",
         )
 
     def handle(self, *args: Any, extra_attempts: int, dry_run: bool, **options: Any) -> None:
-        if extra_attempts < 1:
-            raise CommandError(f"--extra-attempts must be 1 or more, not {extra_attempts}.")
-        dead = selector_from(options).jobs(since_field="finished_at").dead()
-        if dry_run:
-            self.stdout.write(f"would requeue {dead.count()} dead job(s)")
-            return
+        selector = selector_from(options)
+        jobs = selector.jobs(since_field="finished_at")
+        dead = jobs.dead()
+        require_match(selector, jobs, dead, "dead")
         requeued, duplicates = 0, []
-        for ids in triage.id_batches(dead, triage.BATCH):
-            result = leases.requeue_report(ids, extra_attempts, actor="dbqueue_requeue command")
-            requeued += len(result.requeued)
-            duplicates += result.duplicates
-        self.stdout.write(f"requeued {requeued} dead job(s) with {extra_attempts} more attempt(s)")
+        with triage.rolled_back_if(dry_run):
+            for ids in triage.id_batches(dead, triage.BATCH):
+                result = leases.requeue_report(ids, extra_attempts, actor=ACTOR)
+                requeued += len(result.requeued)
+                duplicates += result.duplicates
+        requeue, skip = ("would requeue", "would skip") if dry_run else ("requeued", "skipped")
+        self.stdout.write(f"{requeue} {requeued} dead job(s) with {extra_attempts} more attempt(s)")
         if duplicates:
             self.stdout.write(
-                f"skipped {len(duplicates)} whose task and dedupe key another job holds "
+                f"{skip} {len(duplicates)} whose task and dedupe key another job holds "
                 f"(active, or requeued first): {triage.named(duplicates)}"
             )

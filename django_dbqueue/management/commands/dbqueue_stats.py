@@ -6,11 +6,12 @@ import json
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from django_dbqueue import conf
+from django_dbqueue.management.options import INTERVAL
 from django_dbqueue.stats import QueueStats, as_json, queue_stats
 
 COLUMNS = (
@@ -102,7 +103,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--watch",
-            type=float,
+            type=INTERVAL,
             metavar="N",
             help="Refresh every N seconds until Ctrl-C.",
         )
@@ -111,8 +112,6 @@ class Command(BaseCommand):
         if watch is None:
             self.stdout.write(self.render(json_output, indent=2))
             return
-        if not watch > 0:
-            raise CommandError(f"--watch must be above 0 seconds, not {watch:g}.")
         try:
             while True:
                 self.refresh(json_output, watch)

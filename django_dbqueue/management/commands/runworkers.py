@@ -16,8 +16,17 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_dbqueue import conf, durations
+from django_dbqueue import conf
 from django_dbqueue.exceptions import InvalidJob
+from django_dbqueue.management.options import (
+    CONCURRENCY,
+    INTERVAL,
+    MAX_JOBS,
+    PORT,
+    PROCESSES,
+    TIMEOUT,
+    WORKERS_MAX,
+)
 from django_dbqueue.validation import check_queue
 from django_dbqueue.worker.processes import ProcessSupervisor
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
@@ -43,11 +52,14 @@ class Command(BaseCommand):
             help="Serve this queue (repeatable). Default: DBQUEUE['QUEUES'], or every queue.",
         )
         parser.add_argument(
-            "--concurrency", type=int, default=1, help="Jobs run at once (threads)."
+            "--concurrency",
+            type=CONCURRENCY,
+            default=1,
+            help=f"Jobs run at once (threads, at most {WORKERS_MAX}).",
         )
         parser.add_argument(
             "--processes",
-            type=int,
+            type=PROCESSES,
             default=1,
             help="Worker processes to run under one supervisor (each with --concurrency "
             "threads); a crashed one is restarted. Default 1: this process is the worker.",
@@ -55,18 +67,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--burst", action="store_true", help="Run what is due, then exit when nothing is left."
         )
-        parser.add_argument("--max-jobs", type=int, help="Exit after finishing this many jobs.")
+        parser.add_argument(
+            "--max-jobs", type=MAX_JOBS, help="Exit after finishing this many jobs."
+        )
         parser.add_argument(
             "--worker-id", help="Name in leases and logs (default host:pid:random)."
         )
         parser.add_argument(
             "--poll-interval",
-            type=float,
+            type=INTERVAL,
             help="Seconds between polls when idle (default POLL_INTERVAL).",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=float,
+            type=TIMEOUT,
             default=30.0,
             help="Seconds running jobs get to finish after SIGTERM before they are released.",
         )
@@ -78,7 +92,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-port",
-            type=int,
+            type=PORT,
             metavar="PORT",
             help="Serve Prometheus metrics (this worker's counters and the queue gauges) at "
             "http://HOST:PORT/metrics. Needs django-dbqueue[prometheus].",
@@ -118,15 +132,6 @@ class Command(BaseCommand):
                 check_queue(queue, allowed)
             except InvalidJob as exc:
                 raise CommandError(f"--queue: {exc}") from exc
-        for flag in ("--concurrency", "--max-jobs", "--processes"):
-            value = options[flag[2:].replace("-", "_")]
-            if value is not None and not value > 0:
-                raise CommandError(f"{flag} must be above 0, not {value}.")
-        seconds = {"--poll-interval": False, "--shutdown-timeout": True}
-        for flag, zero in seconds.items():
-            value = options[flag[2:].replace("-", "_")]
-            if value is not None and not durations.is_seconds(value, zero=zero):
-                raise CommandError(f"{flag} must be {durations.rule(zero=zero)}, not {value}.")
         worker_id = options["worker_id"]
         # With --processes, each process's id carries a -p<N> suffix the column must hold too.
         processes = options["processes"]
@@ -138,7 +143,7 @@ class Command(BaseCommand):
                 f"{len(worker_id)}. Pass a shorter name."
             )
         if options["metrics_port"] is not None:
-            check_metrics_available(options["metrics_port"])
+            check_metrics_available()
             if options["processes"] > 1:
                 raise CommandError(
                     "--metrics-port serves one process's counters, so it cannot be combined "
@@ -190,10 +195,8 @@ def run_child(options: WorkerOptions, index: int) -> int:
     return 0
 
 
-def check_metrics_available(port: int) -> None:
-    """``--metrics-port`` needs a real port and prometheus-client, else ``CommandError``."""
-    if not 1 <= port <= 65535:
-        raise CommandError(f"--metrics-port must be a TCP port from 1 to 65535, not {port}.")
+def check_metrics_available() -> None:
+    """``--metrics-port`` needs prometheus-client, else ``CommandError``."""
     try:
         importlib.import_module("django_dbqueue.metrics")
     except ImproperlyConfigured as exc:
