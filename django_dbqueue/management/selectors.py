@@ -82,6 +82,7 @@ def require_match(
 
 
 def describe(value: object) -> str:
+    """A selector's value as the message shows it: ids listed, anything else as text."""
     if isinstance(value, tuple):
         return triage.named(value)
     return str(value)
