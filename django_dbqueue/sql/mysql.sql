@@ -235,6 +235,7 @@ WHERE j.state <> 'running';
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
+-- max_attempts stops at 2147483647 (a 32-bit column): a budget at that limit stays there.
 -- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
 -- is revived: among the selected dead jobs sharing one, the lowest id (the `earlier`
 -- join), and none while an active job holds it (the `a` join). Returns the ids requeued
@@ -248,7 +249,7 @@ LEFT JOIN (
     STRAIGHT_JOIN dbqueue_job AS earlier FORCE INDEX (PRIMARY) ON earlier.id = earlier_id.value
 ) ON earlier.task = j.task AND earlier.dedupe_key = j.dedupe_key AND earlier.id < j.id
      AND earlier.state = 'dead'
-SET j.state = 'ready', j.max_attempts = j.max_attempts + %(extra_attempts)s,
+SET j.state = 'ready', j.max_attempts = LEAST(j.max_attempts + %(extra_attempts)s, 2147483647),
     j.run_at = @dbqueue_requeued_at, j.finished_at = NULL, j.cancel_requested_at = NULL
 WHERE j.state = 'dead' AND a.id IS NULL AND earlier.id IS NULL;
 SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested

@@ -349,6 +349,7 @@ RETURNING j.id, j.state;
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
+-- max_attempts stops at 2147483647 (a 32-bit column): a budget at that limit stays there.
 -- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
 -- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
 -- active job holds it. (The NOT EXISTS alone sees the table as it was before this
@@ -380,7 +381,8 @@ revived AS (
 ),
 requeued AS (
     UPDATE dbqueue_job j
-    SET state = 'ready', max_attempts = j.max_attempts + %(extra_attempts)s,
+    SET state = 'ready',
+        max_attempts = LEAST(j.max_attempts::bigint + %(extra_attempts)s, 2147483647),
         run_at = clock_timestamp(), finished_at = NULL, cancel_requested_at = NULL
     WHERE j.id = ANY (ARRAY(SELECT id FROM revived))
     RETURNING j.id, j.queue

@@ -188,13 +188,15 @@ RETURNING id, state;
 
 -- name: requeue
 -- Give dead jobs in %(job_ids)s %(extra_attempts)s more attempts and make them due now.
+-- max_attempts stops at 2147483647 (a 32-bit column): a budget at that limit stays there.
 -- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
 -- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
 -- active job holds it (whether or not SQLite lets the statement see its own changes, the
 -- two NOT EXISTS between them exclude a second revival). Returns the ids requeued.
 -- (%(channel)s: no NOTIFY on SQLite.)
 UPDATE dbqueue_job
-SET state = 'ready', max_attempts = max_attempts + %(extra_attempts)s, run_at = %(now)s,
+SET state = 'ready', max_attempts = MIN(max_attempts + %(extra_attempts)s, 2147483647),
+    run_at = %(now)s,
     finished_at = NULL, cancel_requested_at = NULL
 WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
   AND state = 'dead'

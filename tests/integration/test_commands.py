@@ -100,6 +100,15 @@ class TestRequeueCommand:
         )
         assert "would skip 4 whose task and dedupe key" in dry_run
 
+    def test_a_budget_at_the_column_limit_stays_there(self) -> None:
+        limit = 2**31 - 1
+        job = dead(attempts=limit, max_attempts=limit)
+        assert run("dbqueue_requeue", f"--ids={job.pk}", "--extra-attempts=1000") == (
+            "requeued 1 dead job(s) with 1000 more attempt(s)"
+        )
+        job.refresh_from_db()
+        assert (job.state, job.max_attempts) == (JobState.READY, limit)
+
     def test_works_in_batches_past_the_batch_size(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr("django_dbqueue.triage.BATCH", 4)
         jobs = JobFactory.create_batch(11, dead=True, queue="bulk")
