@@ -18,7 +18,6 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/postgres")
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
-    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
     # The app adds MySQL equivalents of the conditional index and constraint (migration 0003).
     SILENCED_SYSTEM_CHECKS = ["models.W036", "models.W037"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
