@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,6 +242,21 @@ def test_filters_chain_with_other_lookups() -> None:
     JobFactory(queue="default", run_at=now() - timedelta(seconds=1))
 
     assert list(Job.objects.filter(queue="mail").due().values_list("queue", flat=True)) == ["mail"]
+
+
+#: The README's Databases table: its columns, and the row naming the notices to silence.
+README_VENDOR_COLUMNS = {"postgresql": 1, "mysql": 2, "sqlite": 3}
+README_NOTICES_ROW = "| Django notices to silence"
+
+
+def test_the_readme_silences_exactly_the_model_notices_this_database_raises() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith(README_NOTICES_ROW)]
+    cell = row.split("|")[1 + README_VENDOR_COLUMNS[connection.vendor]]
+
+    raised = {message.id for message in Job.check(databases=["default"])}
+
+    assert sorted(raised) == re.findall(r"models\.W\d+", cell)
 
 
 def index_sql() -> dict[str, str]:
