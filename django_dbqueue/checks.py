@@ -352,7 +352,7 @@ def check_mysql_version(databases: Any = None, **_: Any) -> list[CheckMessage]:
 
 @register(Tags.database)
 def check_mysql_key_collation(databases: Any = None, **_: Any) -> list[CheckMessage]:
-    """On MySQL/MariaDB, the app's tables compare text exactly (``dbqueue.E019``).
+    """On MySQL/MariaDB, the app's key and name columns compare exactly (``dbqueue.E019``).
 
     A column under a case- or accent-insensitive or PAD SPACE collation would
     merge distinct dedupe keys (the second job is never written), serial keys,

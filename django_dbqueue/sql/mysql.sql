@@ -308,11 +308,12 @@ SELECT id FROM dbqueue_job
 WHERE id = %(job_id)s AND state = 'cancelled' AND finished_at = @dbqueue_cancelled_at;
 
 -- name: loose_collations
--- MySQL/MariaDB only (the system check dbqueue.E019): every text column of the app's tables
+-- MySQL/MariaDB only (the system check dbqueue.E019): every key and name column of the
+-- app's tables (the CHAR and VARCHAR ones: keys, names, state, worker ids, error codes)
 -- whose collation is not %(exact)s, the server's binary NO PAD one, so would compare its
 -- values without case, accents or trailing spaces. No rows before the tables exist.
 SELECT table_name AS table_name, column_name AS column_name, collation_name AS collation_name
 FROM information_schema.columns
 WHERE table_schema = DATABASE() AND table_name IN ('dbqueue_job', 'dbqueue_periodic_slot')
-  AND collation_name IS NOT NULL AND collation_name <> %(exact)s
+  AND data_type IN ('char', 'varchar') AND collation_name <> %(exact)s
 ORDER BY table_name, ordinal_position;
