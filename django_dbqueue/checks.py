@@ -373,14 +373,17 @@ def check_mysql_key_collation(databases: Any = None, **_: Any) -> list[CheckMess
     named = ", ".join(
         f"{row['table_name']}.{row['column_name']} ({row['collation_name']})" for row in loose
     )
+    conversions = "; ".join(
+        f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE {exact}"
+        for table in sorted({row["table_name"] for row in loose})
+    )
     return [
         Error(
             f"Columns of django_dbqueue's tables compare text loosely: {named}. Dedupe keys, "
             "serial keys, queue and task names that differ only in case, accents or trailing "
             "spaces would be taken for one another (a deduplicated job is never written).",
-            hint="Give the tables the exact collation migration mysql_exact_key_collation "
-            f"sets: ALTER TABLE dbqueue_job CONVERT TO CHARACTER SET utf8mb4 COLLATE {exact}; "
-            "and the same for dbqueue_periodic_slot.",
+            hint="Give them the exact collation migration mysql_exact_key_collation sets: "
+            f"{conversions}.",
             id="dbqueue.E019",
         )
     ]

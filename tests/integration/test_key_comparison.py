@@ -100,4 +100,7 @@ def test_e019_refuses_a_table_whose_key_column_compares_loosely(loose_queue_colu
 
     assert message.id == "dbqueue.E019"
     assert "dbqueue_job.queue (utf8mb4_general_ci)" in message.msg
-    assert "CONVERT TO CHARACTER SET utf8mb4 COLLATE" in message.hint
+    assert message.hint.endswith(
+        f"ALTER TABLE dbqueue_job CONVERT TO CHARACTER SET utf8mb4 COLLATE "
+        f"{exact_collation(connection)}."
+    )
