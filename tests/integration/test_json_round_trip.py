@@ -48,22 +48,13 @@ def not_mysql() -> None:
 
 
 @pytest.mark.parametrize(("value", "on_postgresql"), CASES)
-def test_arguments_come_back_to_the_task_as_the_database_keeps_them(
+def test_arguments_and_result_come_back_as_the_database_keeps_them(
     value: Any, on_postgresql: Any
 ) -> None:
-    echo.enqueue(value, key=value)
-
+    job = echo.enqueue(value, key=value)
     (lease,) = leases.claim(None, "w1", 1)
 
     assert json.dumps(lease.args[0]) == given_back(value, on_postgresql)
     assert json.dumps(lease.kwargs["key"]) == given_back(value, on_postgresql)
-
-
-@pytest.mark.parametrize(("value", "on_postgresql"), CASES)
-def test_a_result_comes_back_as_the_database_keeps_it(value: Any, on_postgresql: Any) -> None:
-    job = echo.enqueue()
-    (lease,) = leases.claim(None, "w1", 1)
-
     assert leases.complete(lease, value)
-
     assert json.dumps(Job.objects.get(pk=job.pk).result) == given_back(value, on_postgresql)
