@@ -1,7 +1,7 @@
 """System checks for the ``DBQUEUE`` settings, the database behind the queue and
 the ``django.tasks`` backend's ``TASKS`` entry.
 
-Ids: ``dbqueue.E001``-``E014`` are errors, ``dbqueue.W001``-``W003`` and ``W005``
+Ids: ``dbqueue.E001``-``E019`` are errors, ``dbqueue.W001``-``W003`` and ``W005``
 warnings; the backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and
 ``dbqueue.W101``.
 """
@@ -21,8 +21,10 @@ from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.migrations.loader import MigrationLoader
 
-from django_dbqueue import conf, durations
+from django_dbqueue import collation, conf, durations, sql
 from django_dbqueue.retry import retry_problem
 from django_dbqueue.validation import (
     QUEUE_NAME_RULE,
@@ -40,8 +42,9 @@ SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 SQLITE_MINIMUM = (3, 35, 0)
 #: SQLite transaction modes that take the write lock at ``BEGIN`` (``dbqueue.W005``).
 SQLITE_LOCKING_MODES = ("IMMEDIATE", "EXCLUSIVE")
-#: ``SKIP LOCKED`` (and JSON_TABLE): MySQL 8.0.1, MariaDB 10.6.
-MYSQL_MINIMUM = (8, 0, 1)
+#: ``SKIP LOCKED`` and JSON_TABLE: MySQL 8.0.1, MariaDB 10.6; exact comparison of keys
+#: (``utf8mb4_0900_bin``, ``collation``): MySQL 8.0.17.
+MYSQL_MINIMUM = (8, 0, 17)
 MARIADB_MINIMUM = (10, 6)
 SECONDS = (
     "OLDEST_READY_WARNING",
@@ -327,7 +330,7 @@ def check_database(databases: Any = None, **_: Any) -> list[CheckMessage]:
 
 @register(Tags.database)
 def check_mysql_version(databases: Any = None, **_: Any) -> list[CheckMessage]:
-    """MySQL 8.0.1+ or MariaDB 10.6+ (asks the server, so it runs with database checks)."""
+    """MySQL 8.0.17+ or MariaDB 10.6+ (asks the server, so it runs with database checks)."""
     alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
     if not isinstance(alias, str) or alias not in (databases or ()):
         return []
@@ -344,8 +347,8 @@ def check_mysql_version(databases: Any = None, **_: Any) -> list[CheckMessage]:
     return [
         Error(
             f"{name} {found} is too old for django_dbqueue: it needs {name} {needed} or newer "
-            "(FOR UPDATE SKIP LOCKED, JSON_TABLE).",
-            hint="Upgrade the server (MySQL 8.0.1+ or MariaDB 10.6+), or use PostgreSQL.",
+            "(FOR UPDATE SKIP LOCKED, JSON_TABLE, a binary NO PAD collation for keys).",
+            hint="Upgrade the server (MySQL 8.0.17+ or MariaDB 10.6+), or use PostgreSQL.",
             id="dbqueue.E011",
         )
     ]
@@ -380,6 +383,52 @@ def check_sqlite_transaction_mode(databases: Any = None, **_: Any) -> list[Check
             id="dbqueue.W005",
         )
     ]
+
+
+@register(Tags.database)
+def check_mysql_key_collation(databases: Any = None, **_: Any) -> list[CheckMessage]:
+    """On MySQL/MariaDB, the app's key and name columns compare exactly (``dbqueue.E019``).
+
+    A column under a case- or accent-insensitive or PAD SPACE collation would
+    merge distinct dedupe keys (the second job is never written), serial keys,
+    queue and task names. Migration ``mysql_exact_key_collation`` converts the
+    tables; while one of the app's migrations is unapplied the check waits for
+    ``migrate``, which runs database checks first and must not be refused.
+    """
+    alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
+    if not isinstance(alias, str) or alias not in (databases or ()):
+        return []
+    if connections[alias].vendor != "mysql" or _migrations_pending(connections[alias]):
+        return []
+    connection = cast("MySQLDatabaseWrapper", connections[alias])
+    exact = collation.exact_collation(connection)
+    loose = sql.run(connection, "loose_collations", {"exact": exact})
+    if not loose:
+        return []
+    named = ", ".join(
+        f"{row['table_name']}.{row['column_name']} ({row['collation_name']})" for row in loose
+    )
+    conversions = "; ".join(
+        f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE {exact}"
+        for table in sorted({row["table_name"] for row in loose})
+    )
+    return [
+        Error(
+            f"Columns of django_dbqueue's tables compare text loosely: {named}. Dedupe keys, "
+            "serial keys, queue and task names that differ only in case, accents or trailing "
+            "spaces would be taken for one another (a deduplicated job is never written).",
+            hint="Give them the exact collation migration mysql_exact_key_collation sets: "
+            f"{conversions}.",
+            id="dbqueue.E019",
+        )
+    ]
+
+
+def _migrations_pending(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a migration of django_dbqueue is not applied yet on ``connection``."""
+    loader = MigrationLoader(connection, ignore_no_migrations=True)
+    ours = {key for key in loader.disk_migrations if key[0] == "django_dbqueue"}
+    return not ours <= set(loader.applied_migrations or ())
 
 
 def _check_business_alias(alias: str) -> list[CheckMessage]:

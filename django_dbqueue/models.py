@@ -18,6 +18,8 @@ from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
 
 if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler, _AsSqlType
     from typing_extensions import Self
 
 
@@ -56,6 +58,21 @@ def idempotency_key(job_id: int) -> str:
     return f"dbqueue-job-{job_id}"
 
 
+class UtcNow(Now):
+    """The database clock as the lease statements read it: ``Now()``, in UTC on MySQL too.
+
+    MySQL's and MariaDB's ``CURRENT_TIMESTAMP`` is in the session's ``time_zone``,
+    where Django stores UTC (``USE_TZ``): on a session in another zone it is hours
+    off. ``UTC_TIMESTAMP(6)`` is the clock ``sql/mysql.sql`` compares leases with.
+    PostgreSQL's ``STATEMENT_TIMESTAMP()`` and SQLite's ``'NOW'`` are UTC instants already.
+    """
+
+    def as_mysql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> _AsSqlType:
+        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     """Readable filters on the lifecycle: ``Job.objects.ready().due()``."""
 
@@ -64,18 +81,18 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def due(self) -> Self:
         """Ready jobs whose ``run_at`` has come (by the database clock)."""
-        return self.ready().filter(run_at__lte=Now())
+        return self.ready().filter(run_at__lte=UtcNow())
 
     def scheduled(self) -> Self:
         """Ready jobs not yet due."""
-        return self.ready().filter(run_at__gt=Now())
+        return self.ready().filter(run_at__gt=UtcNow())
 
     def running(self) -> Self:
         return self.filter(state=JobState.RUNNING)
 
     def expired(self) -> Self:
         """Running jobs whose lease has run out: the reaper's work."""
-        return self.running().filter(lease_until__lt=Now())
+        return self.running().filter(lease_until__lt=UtcNow())
 
     def succeeded(self) -> Self:
         return self.filter(state=JobState.SUCCEEDED)
@@ -105,7 +122,7 @@ class Job(models.Model):
     kwargs = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.READY)
     priority = models.IntegerField(default=0, help_text="Higher runs first.")
-    run_at = models.DateTimeField(db_default=Now(), help_text="Not before this time.")
+    run_at = models.DateTimeField(db_default=UtcNow(), help_text="Not before this time.")
     attempts = models.PositiveIntegerField(default=0, help_text="Attempts consumed.")
     max_attempts = models.PositiveIntegerField(default=5)
     lease_token = models.PositiveBigIntegerField(
@@ -123,7 +140,7 @@ class Job(models.Model):
         blank=True,
         help_text="When an operator asked the running job to stop (request_cancel); kept after.",
     )
-    created_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(db_default=UtcNow())
     started_at = models.DateTimeField(null=True, blank=True, help_text="Latest attempt's start.")
     finished_at = models.DateTimeField(null=True, blank=True)
     dedupe_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001

@@ -260,22 +260,25 @@ def enqueue_or_log(schedule: Schedule, slot: datetime) -> Job | None:
 def enqueue_slot(schedule: Schedule, slot: datetime) -> Job | None:
     """Enqueue ``schedule``'s job for ``slot`` unless a worker recorded this slot or a later one.
 
-    One transaction on the queue's database: make sure the schedule's row
-    exists (a new row records ``slot`` and enqueues nothing), move its
+    One transaction on the queue's database: move the schedule's
     ``last_slot`` forward to ``slot`` only if it is earlier, and enqueue the
-    job only when that update changed the row. Concurrent callers wait on the
-    row lock and then see the moved slot, so one of them enqueues. Returns
-    the job, or ``None`` when nothing was enqueued. ``InvalidJob`` from the
-    enqueue rolls the slot back.
+    job only when that update changed the row; when it changed nothing, make
+    sure the row exists (a new row records ``slot`` and enqueues nothing).
+    Concurrent callers wait on the row lock and then see the moved slot, so
+    one of them enqueues. Returns the job, or ``None`` when nothing was
+    enqueued. ``InvalidJob`` from the enqueue rolls the slot back.
     """
     alias = conf.get().database
     stored = to_db(slot)
     rows = PeriodicSlot.objects.using(alias)
     with transaction.atomic(using=alias):
-        rows.bulk_create(
-            [PeriodicSlot(task=schedule.name, last_slot=stored)], ignore_conflicts=True
-        )
+        # The update comes first, so it takes the row's exclusive lock as its first lock.
+        # Inserting first, InnoDB gives each caller a shared lock on the existing row (a
+        # duplicate key), and two callers that then both want it exclusive deadlock.
         if not rows.filter(task=schedule.name, last_slot__lt=stored).update(last_slot=stored):
+            rows.bulk_create(
+                [PeriodicSlot(task=schedule.name, last_slot=stored)], ignore_conflicts=True
+            )
             return None
         call = schedule.task.using(queue=schedule.queue, dedupe_key=f"periodic:{slot.isoformat()}")
         return call.enqueue(*schedule.args, **schedule.kwargs)

@@ -4,7 +4,8 @@
 defines the same names, but for three optional ones: ``worker_session`` (the
 set-up of a worker's own connection), ``insert_job`` (a faster single-row
 ``insert_jobs``) and ``notify_probe`` (the wake-up probe of a vendor with
-``LISTEN``). A block is one statement, or (where the vendor lacks
+``LISTEN``), and one MySQL/MariaDB alone has: ``loose_collations`` (what the
+system check ``dbqueue.E019`` reads). A block is one statement, or (where the vendor lacks
 ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
 the last one that returns rows giving the result, by column name; a statement
 may read the rows of the latest one that returned rows as ``%(previous)s`` (a

@@ -1,4 +1,4 @@
--- Named statements of the lease protocol for MySQL 8.0.1+ and MariaDB 10.6+.
+-- Named statements of the lease protocol for MySQL 8.0.17+ and MariaDB 10.6+.
 -- Neither has UPDATE ... RETURNING (MySQL has no RETURNING at all), so a block may hold
 -- several statements, run in order in one transaction: lock the rows, change them, then
 -- read back what changed (%(previous)s: the rows of the latest statement that returned
@@ -307,3 +307,14 @@ WHERE id = %(job_id)s
   AND lease_until > @dbqueue_cancelled_at;
 SELECT id FROM dbqueue_job
 WHERE id = %(job_id)s AND state = 'cancelled' AND finished_at = @dbqueue_cancelled_at;
+
+-- name: loose_collations
+-- MySQL/MariaDB only (the system check dbqueue.E019): every key and name column of the
+-- app's tables (the CHAR and VARCHAR ones: keys, names, state, worker ids, error codes)
+-- whose collation is not %(exact)s, the server's binary NO PAD one, so would compare its
+-- values without case, accents or trailing spaces. No rows before the tables exist.
+SELECT table_name AS table_name, column_name AS column_name, collation_name AS collation_name
+FROM information_schema.columns
+WHERE table_schema = DATABASE() AND table_name IN ('dbqueue_job', 'dbqueue_periodic_slot')
+  AND data_type IN ('char', 'varchar') AND collation_name <> %(exact)s
+ORDER BY table_name, ordinal_position;

@@ -1,6 +1,7 @@
-"""Migrating a job table that is in use: enqueues go on while PostgreSQL rebuilds indexes.
+"""Migrating a job table that is in use: enqueues go on while PostgreSQL rebuilds indexes;
+MySQL/MariaDB tables made under the server's loose default collation are made exact.
 
-PostgreSQL only (each test migrates a database of its own on the test server).
+Each test migrates a database of its own on the test server.
 
 Migration 0007 replaces two indexes with ``CREATE INDEX CONCURRENTLY``. The test
 makes the build wait, by holding a transaction that has written to the table, and
@@ -16,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 
+import MySQLdb
 import psycopg
 import pytest
 from django.db import connection
@@ -29,6 +31,15 @@ INSERT_JOB = """
         last_error_code, last_error, errors)
     VALUES ('default', 'tests.jobs.tasks.noop', '[]', '{}', 'ready', 0, now(), 0, 3, 0, 60,
         now(), '', '', '', '[]')
+"""
+
+#: A ready job with the dedupe key given as the statement's one parameter (MySQL/MariaDB).
+INSERT_KEYED_JOB_MYSQL = """
+    INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at, attempts,
+        max_attempts, lease_token, lease_seconds, created_at, last_worker_id,
+        last_error_code, last_error, errors, dedupe_key)
+    VALUES ('default', 'tests.jobs.tasks.noop', '[]', '{}', 'ready', 0, UTC_TIMESTAMP(6), 0, 3,
+        0, 60, UTC_TIMESTAMP(6), '', '', '', '[]', %s)
 """
 
 
@@ -113,3 +124,50 @@ def test_migration_0007_can_be_reversed_and_applied_again(database_url: str) -> 
     assert reverted["dbqueue_job_finished"].endswith("(finished_at)")
     assert reverted["dbqueue_job_subject_type_id_bdec4d23"].endswith("(subject_type_id)")
     finished(migrate(database_url))
+
+
+@pytest.fixture
+def mysql_database_url() -> Iterator[str]:
+    """A database of the test's own on the MySQL/MariaDB test server, in the server's
+    default collation, dropped afterwards."""
+    settings = connection.settings_dict
+    name = f"dbqueue_migrate_{uuid.uuid4().hex[:8]}"
+    server = {"host": settings["HOST"], "port": int(settings["PORT"]), "user": settings["USER"]}
+    admin = MySQLdb.connect(**server, password=settings["PASSWORD"])
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+        yield f"mysql://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{name}"
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
+@pytest.mark.mysql
+def test_migration_0009_makes_an_existing_mysql_table_compare_keys_exactly(
+    mysql_database_url: str,
+) -> None:
+    finished(migrate(mysql_database_url, "django_dbqueue", "0008"))
+    name = mysql_database_url.rsplit("/", 1)[1]
+    settings = connection.settings_dict
+    table = MySQLdb.connect(
+        host=settings["HOST"],
+        port=int(settings["PORT"]),
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        database=name,
+        autocommit=True,
+        charset="utf8mb4",
+    )
+    insert = INSERT_KEYED_JOB_MYSQL
+    table.cursor().execute(insert, ["invoice:ABC"])
+    with pytest.raises(MySQLdb.IntegrityError):  # the loose default: one key to the server
+        table.cursor().execute(insert, ["invoice:abc"])
+
+    finished(migrate(mysql_database_url))  # migrate runs dbqueue.E019 first: not refused
+
+    table.cursor().execute(insert, ["invoice:abc"])
+    table.cursor().execute(insert, ["invoice:abc "])
+    cursor = table.cursor()
+    cursor.execute("SELECT dedupe_key FROM dbqueue_job ORDER BY id")
+    assert [key for (key,) in cursor.fetchall()] == ["invoice:ABC", "invoice:abc", "invoice:abc "]
+    table.close()

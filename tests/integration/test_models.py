@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,11 +180,83 @@ def test_queryset_filters_select_each_lifecycle_state() -> None:
     assert ids(objects.finished()) == {succeeded.pk, dead.pk, cancelled.pk}
 
 
+#: How each database sets a connection's session time zone ahead of (+5 h) or behind UTC.
+SESSION_ZONES = {
+    "mysql": ("SET time_zone = '{:+03d}:00'", "SELECT @@session.time_zone", "SET time_zone = '{}'"),
+    "postgresql": (
+        "SET TIME ZONE INTERVAL '{:+03d}:00' HOUR TO MINUTE",
+        "SHOW TIME ZONE",
+        "SET TIME ZONE '{}'",
+    ),
+}
+
+
+@pytest.fixture(params=[5, -5], ids=["utc+5", "utc-5"])
+def session_time_zone(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test's connection in a session time zone hours off UTC, put back after.
+
+    SQLite has no session time zone: there the test runs as it is.
+    """
+    if connection.vendor not in SESSION_ZONES:
+        yield
+        return
+    set_zone, read_zone, restore_zone = SESSION_ZONES[connection.vendor]
+    with connection.cursor() as cursor:
+        cursor.execute(read_zone)
+        (previous,) = cursor.fetchone()
+        cursor.execute(set_zone.format(request.param))
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(restore_zone.format(previous))
+
+
+def test_lifecycle_filters_read_the_utc_clock_in_any_session_time_zone(
+    session_time_zone: None,
+) -> None:
+    hour_ago, in_an_hour = now() - timedelta(hours=1), now() + timedelta(hours=1)
+    due = JobFactory(run_at=hour_ago)
+    scheduled = JobFactory(run_at=in_an_hour)
+    JobFactory(running=True, lease_until=in_an_hour)
+    expired = JobFactory(running=True, lease_until=hour_ago)
+
+    assert list(Job.objects.due().values_list("pk", flat=True)) == [due.pk]
+    assert list(Job.objects.scheduled().values_list("pk", flat=True)) == [scheduled.pk]
+    assert list(Job.objects.expired().values_list("pk", flat=True)) == [expired.pk]
+
+
+def test_a_job_created_without_times_is_due_now_in_any_session_time_zone(
+    session_time_zone: None,
+) -> None:
+    job = Job.objects.create(task="tests.jobs.tasks.noop")
+    job.refresh_from_db()
+
+    assert abs(job.run_at - now()) < timedelta(minutes=1)
+    assert abs(job.created_at - now()) < timedelta(minutes=1)
+    assert list(Job.objects.due().values_list("pk", flat=True)) == [job.pk]
+
+
 def test_filters_chain_with_other_lookups() -> None:
     JobFactory(queue="mail", run_at=now() - timedelta(seconds=1))
     JobFactory(queue="default", run_at=now() - timedelta(seconds=1))
 
     assert list(Job.objects.filter(queue="mail").due().values_list("queue", flat=True)) == ["mail"]
+
+
+#: The README's Databases table: its columns, and the row naming the notices to silence.
+README_VENDOR_COLUMNS = {"postgresql": 1, "mysql": 2, "sqlite": 3}
+README_NOTICES_ROW = "| Django notices to silence"
+
+
+def test_the_readme_silences_exactly_the_model_notices_this_database_raises() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith(README_NOTICES_ROW)]
+    cell = row.split("|")[1 + README_VENDOR_COLUMNS[connection.vendor]]
+
+    raised = {message.id for message in Job.check(databases=["default"])}
+
+    assert sorted(raised) == re.findall(r"models\.W\d+", cell)
 
 
 def index_sql() -> dict[str, str]:

@@ -361,7 +361,7 @@ def race(callers: int, call: Callable[[], list[Job]]) -> list[Job]:
     return results
 
 
-@pytest.mark.postgresql
+@pytest.mark.locking
 @pytest.mark.django_db(transaction=True)
 class TestConcurrentWorkers:
     def test_concurrent_callers_enqueue_each_slot_exactly_once(self) -> None:

@@ -450,7 +450,8 @@ def test_retry_in_the_tasks_options_shape_overrides_the_flat_keys(settings: Sett
         (True, (10, 5, 9), ["dbqueue.E011"]),
         (True, (10, 6, 0), []),
         (False, (8, 0, 0), ["dbqueue.E011"]),
-        (False, (8, 0, 1), []),
+        (False, (8, 0, 16), ["dbqueue.E011"]),
+        (False, (8, 0, 17), []),
     ],
 )
 def test_e011_mysql_and_mariadb_versions_without_skip_locked_are_rejected(
@@ -467,7 +468,7 @@ def test_e011_mysql_and_mariadb_versions_without_skip_locked_are_rejected(
     messages = checks.check_mysql_version(databases=["default"])
 
     assert ids(messages) == expected
-    assert all("MySQL 8.0.1+ or MariaDB 10.6+" in message.hint for message in messages)
+    assert all("MySQL 8.0.17+ or MariaDB 10.6+" in message.hint for message in messages)
 
 
 def test_e011_asks_the_server_only_when_database_checks_run(
