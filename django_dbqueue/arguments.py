@@ -127,7 +127,7 @@ def encode_call(where: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
             "Pass JSON values (str, int, float, bool, None, list, dict), such as an id "
             "instead of an object."
             if isinstance(exc, TypeError)
-            else "Pass a value every database stores: a finite number, text without it."
+            else "Pass finite numbers, and text without NUL characters or surrogate code points."
         )
         raise refused(f"{where}: {culprit} is not JSON-serializable ({exc}). {hint}", exc) from exc
 

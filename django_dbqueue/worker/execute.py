@@ -270,9 +270,10 @@ def _write(context: JobContext, write: Write, verdict: _Verdict) -> tuple[Outcom
     read-only or restarting server) is retried with growing pauses while
     ``worth_retrying``; after that the outcome is ``UNRECORDED`` and the
     expired lease is the reaper's to recover. A write the database refuses
-    for good (``Fault.REFUSED``: data it will never take) is replaced, once,
-    by the verdict's ``instead``, so the attempt is not run again for want of
-    a record; any other failure is ``UNRECORDED`` at once. A retry that finds
+    for good (``Fault.REFUSED``: data it will never take) is replaced by the
+    verdict's ``instead`` (a refused success by its failure, a refused
+    failure by its minimal form, which has none), so the attempt is not run
+    again for want of a record; any other failure is ``UNRECORDED`` at once. A retry that finds
     this lease's own write already applied (its reply was lost) reports the
     outcome, not a lost lease (``leases``).
     """

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from django.db import connection
 
 from django_dbqueue import Job, JobState
 from django_dbqueue.errors import RESULT_NOT_SERIALIZABLE, RESULT_TOO_LARGE, UNPRINTABLE
 from tests.e2e.conftest import WorkerProcess
 from tests.jobs.unstorable_tasks import REFUSED_TEXT, raises, returns, returns_text
+from tests.refusals import refusing
 from tests.testapp.models import Execution
 from tests.waiting import wait_until
 
@@ -91,23 +91,9 @@ def test_a_result_past_max_result_bytes_is_dead_result_too_large_after_one_execu
 
 @pytest.fixture
 def refusing_trigger(transactional_db: None) -> Iterator[None]:
-    """A trigger that makes PostgreSQL refuse any job write whose error or result holds
-    ``REFUSED_TEXT``: a refusal no validation foresees. Dropped at teardown."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE FUNCTION dbqueue_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN RAISE EXCEPTION 'refused by the test trigger'; END $$"
-        )
-        cursor.execute(
-            "CREATE TRIGGER dbqueue_test_refuse BEFORE UPDATE ON dbqueue_job FOR EACH ROW "
-            "WHEN (strpos(NEW.last_error, %s) > 0 OR strpos(NEW.result::text, %s) > 0) "
-            "EXECUTE FUNCTION dbqueue_test_refuse()",
-            [REFUSED_TEXT, REFUSED_TEXT],
-        )
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER dbqueue_test_refuse ON dbqueue_job")
-        cursor.execute("DROP FUNCTION dbqueue_test_refuse()")
+    """PostgreSQL refuses any job write whose error or result holds ``REFUSED_TEXT``."""
+    with refusing(REFUSED_TEXT):
+        yield
 
 
 @pytest.mark.usefixtures("refusing_trigger")

@@ -34,7 +34,8 @@ from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.execute import execute
 from django_dbqueue.worker.reporter import Outcome
 from tests.factories import JobFactory
-from tests.jobs import execute_tasks, tasks
+from tests.jobs import execute_tasks, tasks, unstorable_tasks
+from tests.refusals import refusing
 
 HISTORY_KEYS = {"attempt", "worker", "at", "code", "message", "traceback", "exception"}
 OUTCOME_LINE = "job id="
@@ -802,3 +803,21 @@ class TestJobStarted:
         finally:
             signals.job_started.disconnect(dispatch_uid="test-broken")
         assert "the APM agent is down" in caplog.text
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_the_database_refuses_is_written_in_its_minimal_form_on_the_first_attempt() -> (
+    None
+):
+    """Written where it runs (``write_here``: eager mode, ``run_jobs``), as the worker does."""
+    with refusing(unstorable_tasks.REFUSED_TEXT):
+        success = unstorable_tasks.returns.enqueue("refused")
+        assert execute(claim(success)) is Outcome.DEAD
+        failure = unstorable_tasks.raises.enqueue("refused")
+        assert execute(claim(failure)) is Outcome.DEAD
+    success.refresh_from_db()
+    failure.refresh_from_db()
+    assert (success.attempts, success.last_error_code) == (1, RESULT_NOT_SERIALIZABLE)
+    assert (failure.attempts, failure.last_error_code) == (1, "PERMANENT_ERROR")
+    assert failure.errors[-1]["message"] == "django_dbqueue.exceptions.PermanentError"
