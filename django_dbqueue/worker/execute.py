@@ -78,14 +78,14 @@ def execute(
     dead. An outcome the database cannot take for now (connection lost) is
     retried while the lease may live, then left to the reaper; one it refuses
     for good is written in its minimal form instead (``_write``), so the
-    attempt is never run again for want of a record. ``context`` lets the caller (the heartbeat)
-    signal a lost lease; one is made when not given. ``task`` is the job's
-    ``resolve`` result when the caller resolved it already (the worker does,
-    at claim); it is resolved here when not given. Once an outcome is
-    written, it is reported (``reporter.report``); a failure is reported
-    inside the handler of its exception, so ``signals.job_finished`` receivers
-    (the ``django.tasks`` backend's ``task_finished``) find it in
-    ``sys.exc_info()``.
+    attempt is never run again for want of a record. ``context`` lets the
+    caller (the heartbeat) signal a lost lease; one is made when not given.
+    ``task`` is the job's ``resolve`` result when the caller resolved it
+    already (the worker does, at claim); it is resolved here when not given.
+    Once an outcome is written, it is reported (``reporter.report``); a
+    failure is reported inside the handler of its exception, so
+    ``signals.job_finished`` receivers (the ``django.tasks`` backend's
+    ``task_finished``) find it in ``sys.exc_info()``.
 
     With ``hand_over`` (the worker's batching completer) a success is handed
     over instead of written here, and ``HANDED_OVER`` returned: whoever took
@@ -273,9 +273,9 @@ def _write(context: JobContext, write: Write, verdict: _Verdict) -> tuple[Outcom
     for good (``Fault.REFUSED``: data it will never take) is replaced by the
     verdict's ``instead`` (a refused success by its failure, a refused
     failure by its minimal form, which has none), so the attempt is not run
-    again for want of a record; any other failure is ``UNRECORDED`` at once. A retry that finds
-    this lease's own write already applied (its reply was lost) reports the
-    outcome, not a lost lease (``leases``).
+    again for want of a record; any other failure is ``UNRECORDED`` at once.
+    A retry that finds this lease's own write already applied (its reply was
+    lost) reports the outcome, not a lost lease (``leases``).
     """
     give_up_at = time.monotonic() + context.lease.lease_seconds
     failures = 0
