@@ -33,7 +33,7 @@ from django_dbqueue.errors import LEASE_EXPIRED
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
-from django_dbqueue.validation import check_importable, check_queue, check_text, import_task
+from django_dbqueue.validation import check_importable, check_queue, import_task
 
 if TYPE_CHECKING:
     from django.tasks import task_backends
@@ -176,7 +176,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
             max_attempts=self.max_attempts,
             lease_seconds=self.lease_seconds,
             run_at=run_at,
-            backend=check_text("backend alias", self.alias),
+            backend=self.alias,
         )
         call = (list(args), dict(kwargs))
         rows = encode_calls(callee_of(task.module_path, task.func, task.takes_context), [call])

@@ -244,7 +244,8 @@ def _retry_requested(context: JobContext, task: Runnable, exc: Retry) -> _Verdic
 def _retry(context: JobContext, info: ErrorInfo, delay: float) -> _Verdict:
     if context.attempt >= context.max_attempts:
         return _give_up(context, info)
-    return _failure(context, info, timezone.now() + timedelta(seconds=delay))
+    retry_at = timezone.now() + timedelta(seconds=delay)
+    return _failure(context, info, retry_at)
 
 
 def _give_up(context: JobContext, info: ErrorInfo) -> _Verdict:
