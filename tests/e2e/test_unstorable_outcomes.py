@@ -3,8 +3,8 @@
 A result or an error holding a lone surrogate or a NUL character, an exception
 whose ``__str__`` raises, a result past ``MAX_RESULT_BYTES``, and outcomes the
 database refuses anyway (a trigger here): each is recorded after the attempt
-that produced it, never left to the reaper to run the job again. The short
-lease makes a job that is run again show within a few seconds.
+that produced it, never left to the reaper to run the job again. The tasks'
+short lease makes a job that is run again show within a few seconds.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ StartWorker = Callable[..., WorkerProcess]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgresql]
 
-#: A lease that runs out within seconds, so a job left to the reaper would run again soon.
-SHORT_LEASE = {"LEASE_SECONDS": 2, "REAPER_INTERVAL": 0.5}
 FINISHED = (JobState.SUCCEEDED, JobState.DEAD)
 
 
@@ -53,7 +51,7 @@ def test_results_and_errors_no_database_stores_are_recorded_after_one_execution(
         kind: raises.enqueue(kind)
         for kind in ("permanent-surrogate", "permanent-nul", "unprintable", "retried-surrogate")
     }
-    worker = start_worker("--concurrency", "2", "--poll-interval", "0.2", settings=SHORT_LEASE)
+    worker = start_worker("--concurrency", "2", "--poll-interval", "0.2")
 
     done = {
         job.pk: job for job in wait_until(lambda: finished([*results.values(), *errors.values()]))
@@ -79,9 +77,9 @@ def test_a_result_past_max_result_bytes_is_dead_result_too_large_after_one_execu
     start_worker: StartWorker,
 ) -> None:
     fits, too_large = returns_text.enqueue(998), returns_text.enqueue(999)  # 1000, 1001 bytes
-    start_worker("--poll-interval", "0.2", settings={**SHORT_LEASE, "MAX_RESULT_BYTES": 1000})
+    start_worker("--poll-interval", "0.2", settings={"MAX_RESULT_BYTES": 1000})
 
-    fits, too_large = wait_until(lambda: finished([fits, too_large]))
+    fits, too_large = wait_until(lambda: finished([fits, too_large]), what="both finished")
 
     assert (fits.state, fits.result, executions(fits)) == (JobState.SUCCEEDED, "x" * 998, 1)
     assert summary(too_large) == (JobState.DEAD, RESULT_TOO_LARGE, 1)
@@ -101,9 +99,9 @@ def test_an_outcome_the_database_refuses_is_written_minimal_and_never_run_again(
     start_worker: StartWorker,
 ) -> None:
     success, failure = returns.enqueue("refused"), raises.enqueue("refused")
-    worker = start_worker("--poll-interval", "0.2", settings=SHORT_LEASE)
+    worker = start_worker("--poll-interval", "0.2")
 
-    success, failure = wait_until(lambda: finished([success, failure]))
+    success, failure = wait_until(lambda: finished([success, failure]), what="both finished")
 
     # The success could not be stored: the job failed, with the refusal's class only.
     assert summary(success) == (JobState.DEAD, RESULT_NOT_SERIALIZABLE, 1)

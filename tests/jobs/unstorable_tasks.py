@@ -13,6 +13,9 @@ from django_dbqueue import JobContext, PermanentError, task
 from tests.jobs.crash_tasks import QUICK_RETRY
 from tests.jobs.e2e_tasks import record
 
+#: Seconds: a job whose outcome went unrecorded is reaped and run again within a few.
+LEASE = 3
+
 #: The text the refusing trigger of the e2e test turns away.
 REFUSED_TEXT = "refuse-me"
 
@@ -42,19 +45,19 @@ ERRORS: dict[str, Callable[[], BaseException]] = {
 }
 
 
-@task(takes_context=True, max_attempts=3, retry=QUICK_RETRY)
+@task(takes_context=True, max_attempts=3, lease=LEASE, retry=QUICK_RETRY)
 def returns(context: JobContext, kind: str) -> object:
     record(context, kind)
     return RESULTS[kind]
 
 
-@task(takes_context=True, max_attempts=2, retry=QUICK_RETRY)
+@task(takes_context=True, max_attempts=2, lease=LEASE, retry=QUICK_RETRY)
 def raises(context: JobContext, kind: str) -> None:
     record(context, kind)
     raise ERRORS[kind]()
 
 
-@task(takes_context=True, max_attempts=3, retry=QUICK_RETRY)
+@task(takes_context=True, max_attempts=3, lease=LEASE, retry=QUICK_RETRY)
 def returns_text(context: JobContext, length: int) -> str:
     """A result ``length + 2`` bytes long as JSON."""
     record(context, str(length))
