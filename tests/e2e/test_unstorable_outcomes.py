@@ -35,7 +35,9 @@ def finished(jobs: list[Job]) -> list[Job] | None:
 
 
 def executions(job: Job) -> int:
-    return Execution.objects.filter(job_id=job.pk).count()
+    """How many times the job's task ran (each attempt records a row)."""
+    count: int = Execution.objects.filter(job_id=job.pk).count()
+    return count
 
 
 def summary(job: Job) -> tuple[str, str, int]:
@@ -43,7 +45,7 @@ def summary(job: Job) -> tuple[str, str, int]:
     return job.state, job.last_error_code, executions(job)
 
 
-def test_results_and_errors_no_database_stores_are_recorded_after_one_execution(
+def test_results_and_errors_no_database_stores_are_recorded_and_never_run_again(
     start_worker: StartWorker,
 ) -> None:
     results = {kind: returns.enqueue(kind) for kind in ("surrogate", "surrogate-key", "nul")}
@@ -53,9 +55,8 @@ def test_results_and_errors_no_database_stores_are_recorded_after_one_execution(
     }
     worker = start_worker("--concurrency", "2", "--poll-interval", "0.2")
 
-    done = {
-        job.pk: job for job in wait_until(lambda: finished([*results.values(), *errors.values()]))
-    }
+    jobs = [*results.values(), *errors.values()]
+    done = {job.pk: job for job in wait_until(lambda: finished(jobs), what="every job finished")}
 
     for job in results.values():
         assert summary(done[job.pk]) == (JobState.DEAD, RESULT_NOT_SERIALIZABLE, 1)
