@@ -9,15 +9,14 @@ place for, as ``django.tasks`` documents.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from django_dbqueue import conf, jsontext
 from django_dbqueue.exceptions import ArgumentNotJSON, InvalidJob
 from django_dbqueue.validation import check_binds
-
-if TYPE_CHECKING:
-    from django_dbqueue.tasks import Task
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
@@ -28,22 +27,37 @@ Call = tuple[Sequence[Any], dict[str, Any]]
 BINDING_SHAPES = 64
 
 
-def encode_calls(task: Task[..., Any], calls: list[Call], limit: int | None = None) -> str:
+@dataclass(frozen=True)
+class Callee:
+    """The function a job's arguments are checked against: a native ``@task``'s
+    (``Task.callee``) or a ``django.tasks`` task's, through the same checks."""
+
+    #: The task's import path, which errors name.
+    name: str
+    signature: inspect.Signature
+    #: Parameters the worker fills in before the arguments (a context): 0 or 1.
+    leading: int = 0
+    #: Call shapes seen to bind (``BINDING_SHAPES``), shared by the calls of this callee.
+    binding_shapes: set[tuple[object, ...]] = field(default_factory=set)
+
+
+def encode_calls(callee: Callee, calls: list[Call], limit: int | None = None) -> str:
     """The calls as one JSON array of ``{"args", "kwargs"}``; refuses what cannot bind or encode.
 
     ``limit`` is ``MAX_ARGS_BYTES`` (default: the setting's), checked for each
     call. Every call is checked first, then all are encoded at once; a call
-    JSON refuses, or one longer than ``limit``, is then found and named.
+    JSON refuses (``jsontext.dumps``: NaN, a NUL character, a surrogate code
+    point among them), or one longer than ``limit``, is then found and named.
+    Nothing reaches the database before this returns.
     """
     if limit is None:
         limit = conf.get().max_args_bytes
-    leading = 1 if task.options.takes_context else 0
-    signature, binding = task.signature, task.binding_shapes
+    binding = callee.binding_shapes
     for position, (args, kwargs) in enumerate(calls):
-        where = call_name(task, calls, position)
+        where = call_name(callee, calls, position)
         shape = (len(args), *kwargs)
         if shape not in binding:
-            check_binds(where, signature, args, kwargs, leading=leading)
+            check_binds(where, callee.signature, args, kwargs, leading=callee.leading)
             if len(binding) < BINDING_SHAPES:
                 binding.add(shape)
         check_arguments(where, args, kwargs)
@@ -55,16 +69,16 @@ def encode_calls(task: Task[..., Any], calls: list[Call], limit: int | None = No
     if not text or (limit and len(text) > limit):
         texts = []
         for position, (args, kwargs) in enumerate(calls):
-            where = call_name(task, calls, position)
+            where = call_name(callee, calls, position)
             texts.append(encode_call(where, args, kwargs))
             check_size(where, texts[-1], limit)
         text = "[" + ",".join(texts) + "]"
     return text
 
 
-def call_name(task: Task[..., Any], calls: list[Call], position: int) -> str:
+def call_name(callee: Callee, calls: list[Call], position: int) -> str:
     """How errors name a call: the task, and the call's position among several."""
-    return f"{task.name} (call {position})" if len(calls) > 1 else task.name
+    return f"{callee.name} (call {position})" if len(calls) > 1 else callee.name
 
 
 def check_size(where: str, text: str, limit: int) -> None:
@@ -96,8 +110,10 @@ def encode_call(where: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
 
     An argument of a type JSON has no place for (a ``datetime``, a dict key that
     is not a string) raises ``ArgumentNotJSON``, also a ``TypeError``, as
-    ``django.tasks`` documents; NaN, infinity, NUL characters and values nested
-    too deep a plain ``InvalidJob``.
+    ``django.tasks`` documents; NaN, infinity, a string holding a NUL character
+    or a surrogate code point (no database stores either) and values nested
+    too deep a plain ``InvalidJob``, a ``ValueError`` as Django's own
+    ``normalize_json`` raises for a value of a JSON type it cannot convert.
     """
     check_arguments(where, args, kwargs)
     try:
@@ -107,11 +123,13 @@ def encode_call(where: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
             (label for label, value in labelled(args, kwargs) if not is_json(value)),
             "an argument",
         )
-        raise refused(
-            f"{where}: {culprit} is not JSON-serializable ({exc}). Pass JSON values "
-            "(str, int, float, bool, None, list, dict), such as an id instead of an object.",
-            exc,
-        ) from exc
+        hint = (
+            "Pass JSON values (str, int, float, bool, None, list, dict), such as an id "
+            "instead of an object."
+            if isinstance(exc, TypeError)
+            else "Pass finite numbers, and text without NUL characters or surrogate code points."
+        )
+        raise refused(f"{where}: {culprit} is not JSON-serializable ({exc}). {hint}", exc) from exc
 
 
 def labelled(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -17,6 +17,7 @@ import functools
 import inspect
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,14 +26,14 @@ from django.core.checks import CheckMessage
 from django.db import transaction
 
 from django_dbqueue import conf
-from django_dbqueue.arguments import check_size, encode_call
+from django_dbqueue.arguments import Callee, encode_calls
 from django_dbqueue.checks import task_backend_checks
 from django_dbqueue.enqueue import EnqueueOptions, JobSpec, insert, schedule
 from django_dbqueue.errors import LEASE_EXPIRED
 from django_dbqueue.exceptions import InvalidJob, LeaseLost, TaskNotFound
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
-from django_dbqueue.validation import check_binds, check_importable, check_queue, import_task
+from django_dbqueue.validation import check_importable, check_queue, import_task
 
 if TYPE_CHECKING:
     from django.tasks import task_backends
@@ -150,21 +151,23 @@ class DatabaseQueueBackend(BaseTaskBackend):
     ) -> TaskResult[Any, Any]:
         """Write the job in the current transaction of the queue's database; a READY result.
 
-        Raises ``InvalidTask`` for a task this backend cannot run, ``TypeError``
-        (``ArgumentNotJSON``, as the framework documents) for an argument of a
-        type JSON cannot hold, and ``InvalidJob`` (a ``ValueError``) for
-        arguments that do not fit the function, hold NaN or a NUL character, or
+        The arguments go through the checks ``enqueue()`` makes for native
+        tasks (``arguments.encode_calls``). Raises ``InvalidTask`` for a task
+        this backend cannot run, ``TypeError`` (``ArgumentNotJSON``, as the
+        framework documents) for an argument of a type JSON cannot hold, and
+        ``InvalidJob`` (a ``ValueError``, as the framework's ``normalize_json``
+        raises for a value it cannot convert) for arguments that do not fit
+        the function, hold NaN, a NUL character or a surrogate code point, or
         take more than ``MAX_ARGS_BYTES`` as JSON; each names the argument (or
-        the task) and writes nothing. ``task_enqueued`` is sent
-        once the transaction commits (at once outside a transaction).
+        the task) before anything is sent to the database, so the caller's
+        transaction stays usable. ``task_enqueued`` is sent once the
+        transaction commits (at once outside a transaction).
         """
         self.validate_task(task)
         try:
             check_importable(task.module_path, Task, lambda found: found.func is task.func)
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from exc
-        leading = 1 if task.takes_context else 0  # the context comes first
-        check_binds(task.module_path, inspect.signature(task.func), args, kwargs, leading=leading)
         run_at, _ = schedule(EnqueueOptions(run_at=task.run_after))
         spec = JobSpec(
             task=task.module_path,
@@ -176,9 +179,8 @@ class DatabaseQueueBackend(BaseTaskBackend):
             backend=self.alias,
         )
         call = (list(args), dict(kwargs))
-        encoded = encode_call(task.module_path, *call)
-        check_size(task.module_path, encoded, conf.get().max_args_bytes)
-        (job,) = insert(spec, [call], f"[{encoded}]")
+        rows = encode_calls(callee_of(task.module_path, task.func, task.takes_context), [call])
+        (job,) = insert(spec, [call], rows)
         result = self.result_of(job, task)
         transaction.on_commit(
             functools.partial(task_enqueued.send, type(self), task_result=result),
@@ -253,6 +255,15 @@ class DatabaseQueueBackend(BaseTaskBackend):
             *super().check(**kwargs),
             *task_backend_checks(self.alias, self.options, self.queues),
         ]
+
+
+@functools.lru_cache(maxsize=1024)
+def callee_of(path: str, func: Callable[..., Any], takes_context: bool) -> Callee:
+    """What a framework task's arguments are checked against, once per function.
+
+    The tasks ``Task.using()`` derives share it, and with it the call shapes seen to bind.
+    """
+    return Callee(path, inspect.signature(func), 1 if takes_context else 0)
 
 
 def load_framework_task(path: str) -> Task[Any, Any]:

@@ -161,9 +161,10 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
                     id="dbqueue.E005",
                 )
             )
-    messages += _check_whole(
-        merged, "MAX_ARGS_BYTES", 0, "a whole number of bytes, 0 or more (0: no limit)", "E013"
-    )
+    for key in ("MAX_ARGS_BYTES", "MAX_RESULT_BYTES"):
+        messages += _check_whole(
+            merged, key, 0, "a whole number of bytes, 0 or more (0: no limit)", "E013"
+        )
     if _is_number(merged["RETRY_FACTOR"]) and 0 < merged["RETRY_FACTOR"] < 1:
         messages.append(
             Error(

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_SYNCHRONOUS_COMMIT": True,
     "EAGER": False,
     "MAX_ARGS_BYTES": 1024 * 1024,
+    "MAX_RESULT_BYTES": 1024 * 1024,
     "POOLER": None,
     "LISTEN_DATABASE": None,
     "READ_DATABASE": None,
@@ -78,6 +79,8 @@ class QueueSettings:
     eager: bool
     #: The longest a job's arguments may be as JSON text, in bytes (0: unbounded).
     max_args_bytes: int
+    #: The longest a job's result may be as JSON text, in bytes (0: unbounded).
+    max_result_bytes: int
     #: ``"transaction"``: connections reach PostgreSQL through a transaction-mode pool, so
     #: the worker keeps no session state on them (``worker.session``).
     pooler: str | None

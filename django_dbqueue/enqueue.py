@@ -21,7 +21,13 @@ from django_dbqueue import conf, durations, sql, wakeups
 from django_dbqueue.arguments import Call, encode_calls
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
-from django_dbqueue.validation import INT_MIN, check_importable, check_int, check_queue
+from django_dbqueue.validation import (
+    INT_MIN,
+    check_importable,
+    check_int,
+    check_queue,
+    check_text,
+)
 
 if TYPE_CHECKING:
     from django_dbqueue.tasks import Task
@@ -147,7 +153,8 @@ def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) ->
     shape = shapes.get(task, options, cfg)
     if has_per_call_options(options):
         shape = Shape.of(per_call_spec(shape.spec, options), cfg)
-    return insert(shape.spec, calls, encode_calls(task, calls, cfg.max_args_bytes), cfg, shape)
+    rows = encode_calls(task.callee, calls, cfg.max_args_bytes)
+    return insert(shape.spec, calls, rows, cfg, shape)
 
 
 def insert(
@@ -273,17 +280,13 @@ def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:
 
 
 def optional_key(name: str, key: object) -> str | None:
-    """A ``dedupe_key``/``serial_key``: ``None``, or a string of 1-255 characters."""
+    """A ``dedupe_key``/``serial_key``: ``None``, or a string of 1-255 characters every
+    database stores (``check_text``)."""
     if key is None:
         return None
     if not isinstance(key, str) or not 1 <= len(key) <= 255:
         raise InvalidJob(f"{name} must be a string of 1-255 characters, not {key!r}.")
-    if "\x00" in key:
-        raise InvalidJob(
-            f"{name} {key!r} holds the NUL character (\\x00), which PostgreSQL cannot store. "
-            "Leave it out of the key."
-        )
-    return key
+    return check_text(name, key)
 
 
 def subject_columns(subject: models.Model | None) -> tuple[int | None, str | None]:
@@ -292,8 +295,9 @@ def subject_columns(subject: models.Model | None) -> tuple[int | None, str | Non
         return None, None
     if not isinstance(subject, models.Model) or subject.pk is None:
         raise InvalidJob(f"subject must be a saved model instance, not {subject!r}.")
+    subject_id = check_text("subject's primary key", str(subject.pk))
     content_type = ContentType.objects.get_for_model(subject, for_concrete_model=False)
-    return content_type.pk, str(subject.pk)
+    return content_type.pk, subject_id
 
 
 @functools.cache

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from django_dbqueue.exceptions import JobCancelled, Retry
+from django_dbqueue.exceptions import JobCancelled, ResultNotSerializable, ResultTooLarge, Retry
 
 TASK_NOT_FOUND = "TASK_NOT_FOUND"
 BAD_ARGUMENTS = "BAD_ARGUMENTS"
-RESULT_NOT_SERIALIZABLE = "RESULT_NOT_SERIALIZABLE"
+RESULT_NOT_SERIALIZABLE = ResultNotSerializable.code
+RESULT_TOO_LARGE = ResultTooLarge.code
 LEASE_EXPIRED = "LEASE_EXPIRED"
 #: Task code raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
 #: ``asyncio.CancelledError``, ``KeyboardInterrupt``): a failed attempt like any other.
@@ -25,6 +27,8 @@ MESSAGE_LIMIT = 1000
 HISTORY_LIMIT = 10
 #: ``last_error_code`` is a column of this width.
 CODE_LIMIT = 100
+#: The message of an exception whose ``__str__`` raised.
+UNPRINTABLE = "<the exception's __str__ raised an exception>"
 
 
 @dataclass(frozen=True)
@@ -42,28 +46,44 @@ class ErrorInfo:
 
     @classmethod
     def from_exception(cls, exc: BaseException, code: str | None = None) -> ErrorInfo:
-        """Describe ``exc``; the code defaults to its ``code`` attribute or class name."""
-        chosen = code or getattr(exc, "code", None) or type(exc).__name__
+        """Describe ``exc``; the code defaults to its ``code`` attribute or class name.
+
+        Never raises: the exception is task code's, and its ``__str__`` (or a
+        ``code`` property) may raise anything: a stand-in is recorded for what raised.
+        """
         kind = type(exc)
-        text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+        name = kind.__name__
         return cls(
-            code=str(chosen),
-            message=f"{kind.__name__}: {exc}",
-            traceback=text,
+            code=code or _text_of(lambda: getattr(exc, "code", None) or name, name),
+            message=f"{name}: {_text_of(lambda: exc, UNPRINTABLE)}",
+            traceback=_text_of(
+                lambda: "".join(traceback.format_exception(kind, exc, exc.__traceback__)), ""
+            ),
             exception=f"{kind.__module__}.{kind.__qualname__}",
         )
 
     def bounded(self) -> ErrorInfo:
-        """The same error as stored: cut to size (tracebacks keep their end), NULs shown.
+        """The same error as stored: cut to size (tracebacks keep their end), text made storable.
 
-        A NUL character, which no database text column takes, becomes ``\x00``.
+        A NUL character or a surrogate code point, which no database stores
+        (``jsontext.unstorable``), is written out as its escape (``storable``).
         """
         return ErrorInfo(
             code=storable(self.code)[:CODE_LIMIT],
             message=storable(self.message)[:MESSAGE_LIMIT],
             traceback=storable(self.traceback)[-LAST_ERROR_LIMIT:],
-            exception=self.exception,
+            exception=storable(self.exception),
         )
+
+    def minimal(self) -> ErrorInfo:
+        """The error reduced to what any database stores: its code and exception class.
+
+        What a failure is recorded as when the database refused the full error
+        (``worker.execute``): no message or traceback, which carry the task's text.
+        """
+        return ErrorInfo(
+            code=self.code, message=self.exception or self.code, exception=self.exception
+        ).bounded()
 
     @property
     def last_error(self) -> str:
@@ -72,8 +92,31 @@ class ErrorInfo:
 
 
 def storable(text: str) -> str:
-    """``text`` with each NUL character written out as ``\x00``."""
+    """``text`` as every database stores it: each NUL character written out as ``\x00``,
+    each surrogate code point as its escape (``\ud800``)."""
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
+
+
+def _text_of(describe: Callable[[], object], fallback: str) -> str:
+    """``str(describe())``, or ``fallback`` when that raises (task code's ``__str__`` may)."""
+    try:
+        return str(describe())
+    except Exception:  # noqa: BLE001 - task code's __str__ may raise anything; recorded all the same.
+        return fallback
+
+
+def refused_result(refusal: BaseException) -> ErrorInfo:
+    """The failure recorded for a success whose result the database refused (``refusal``).
+
+    ``jsontext`` refuses what no database stores before any write, so this
+    is for what it cannot foresee; the message names the refusal's class only.
+    """
+    kind = type(refusal)
+    path = f"{kind.__module__}.{kind.__qualname__}"
+    message = f"the database refused to store the result ({path})"
+    return ErrorInfo(RESULT_NOT_SERIALIZABLE, message, exception=path).bounded()
 
 
 def history_entry(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from typing import ClassVar
 
 
 class DbQueueError(Exception):
@@ -35,8 +36,25 @@ class TaskNotFound(DbQueueError, LookupError):
     """
 
 
-class ResultNotSerializable(DbQueueError, ValueError):
-    """``leases.complete()`` was given a result that is not JSON; nothing was written."""
+class UnstorableResult(DbQueueError, ValueError):
+    """``leases.complete()`` was given a result the job cannot store; nothing was written.
+
+    The worker makes the job ``dead`` with the subclass's ``code`` after that one attempt.
+    """
+
+    code: ClassVar[str]
+
+
+class ResultNotSerializable(UnstorableResult):
+    """The result is not JSON every database stores (``jsontext.dumps`` refused it)."""
+
+    code = "RESULT_NOT_SERIALIZABLE"
+
+
+class ResultTooLarge(UnstorableResult):
+    """The result takes more than ``MAX_RESULT_BYTES`` as JSON."""
+
+    code = "RESULT_TOO_LARGE"
 
 
 class UnsupportedDatabase(DbQueueError, LookupError):

@@ -1,9 +1,13 @@
-"""JSON text as the job table stores it: arguments and results.
+"""JSON text as the job table stores it: arguments and results, and the text rule they share.
 
 Every supported database must be able to store it, so besides what JSON
-itself cannot hold, NaN and infinity are refused, and so is the NUL
-character: PostgreSQL's ``jsonb`` rejects ``\\u0000``, and a value it refuses
-would fail the whole statement it is written in.
+itself cannot hold, NaN and infinity are refused, and so are two kinds of
+character no database stores as themselves (``unstorable``): the NUL
+character (PostgreSQL's ``jsonb`` and text columns reject ``\\u0000``) and
+surrogate code points (``\\ud800``: half of a UTF-16 pair, not Unicode text,
+so no UTF-8 column or driver takes one). A value the database refuses would
+fail the whole statement it is written in; these are refused alike on every
+vendor, also where the database would take them (SQLite, MySQL JSON).
 """
 
 from __future__ import annotations
@@ -21,17 +25,46 @@ MAX_DEPTH = 20
 #: ``\u0000`` as an escape, not as a backslash followed by the text "u0000".
 NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
+#: Surrogate code points: text no UTF-8 column, driver or ``jsonb`` value takes.
+SURROGATE = re.compile("[\ud800-\udfff]")
+#: How messages name the NUL character.
+NUL = "the NUL character (\\x00), which PostgreSQL cannot store"
+
 
 def dumps(value: object) -> str:
     """``value`` as JSON text every supported database stores.
 
     Raises ``TypeError`` for what JSON cannot hold, and ``ValueError`` for NaN,
-    infinity and strings holding the NUL character.
+    infinity and strings (values or dict keys) holding the NUL character or a
+    surrogate code point (``unstorable``).
     """
     text = json.dumps(value, allow_nan=False)
     if "\\u0000" in text and NUL_ESCAPE.search(text):
-        raise ValueError("a string holds the NUL character (\\x00), which PostgreSQL cannot store")
+        raise ValueError(f"a string holds {NUL}")
+    # json escapes a surrogate as \udXXX, and also writes every character beyond the
+    # BMP (an emoji) as a pair of such escapes: only the value itself tells them apart.
+    if "\\ud" in text:
+        problem = unstorable(json.dumps(value, ensure_ascii=False))
+        if problem:
+            raise ValueError(f"a string holds {problem}")
     return text
+
+
+def unstorable(text: str) -> str | None:
+    """Why no supported database stores ``text`` as itself, or ``None`` when they all do.
+
+    Names the first character refused: the NUL character, or a surrogate
+    code point (``\\ud800``), which is not Unicode text and so has no UTF-8 form.
+    """
+    if "\x00" in text:
+        return NUL
+    found = SURROGATE.search(text)
+    if found:
+        return (
+            f"the surrogate code point {found.group()!r} (half of a UTF-16 pair, not Unicode "
+            "text), which no database stores"
+        )
+    return None
 
 
 def check_argument(value: object) -> None:

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from django_dbqueue import conf, jsontext, sql
 from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
-from django_dbqueue.exceptions import ResultNotSerializable
+from django_dbqueue.exceptions import ResultNotSerializable, ResultTooLarge
 from django_dbqueue.models import Job, JobState, idempotency_key
 from django_dbqueue.retry import Backoff
 
@@ -272,7 +272,8 @@ def complete(lease: Lease, result: object) -> bool:
     """Mark the leased job ``succeeded`` and store its JSON ``result``.
 
     Returns ``False`` and changes nothing when the lease is lost. Raises
-    ``ResultNotSerializable`` (writing nothing) when ``result`` is not JSON.
+    ``ResultNotSerializable`` or ``ResultTooLarge`` (writing nothing) when
+    ``result`` cannot be stored (``encode_result``).
     """
     return lease.job_id in complete_many([(lease, encode_result(lease, result))])
 
@@ -313,15 +314,27 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
 def encode_result(lease: Lease, result: object) -> str | None:
     """``result`` as stored: JSON text, or ``None`` (SQL NULL, as Django's JSONField stores it).
 
-    Raises ``ResultNotSerializable`` when it is not JSON the database stores
-    (``jsontext``).
+    Raises ``ResultNotSerializable`` when it is not JSON every database stores
+    (``jsontext``: no NaN, NUL character or surrogate code point), and
+    ``ResultTooLarge`` when its JSON is longer than ``MAX_RESULT_BYTES``.
     """
+    if result is None:
+        return None
     try:
-        return None if result is None else jsontext.dumps(result)
+        text = jsontext.dumps(result)
     except (TypeError, ValueError) as exc:
         raise ResultNotSerializable(
             f"job {lease.job_id} returned {type(result).__name__}: {exc}"
         ) from exc
+    limit = conf.get().max_result_bytes
+    # ASCII (json escapes the rest), so characters are bytes.
+    if limit and len(text) > limit:
+        raise ResultTooLarge(
+            f"job {lease.job_id} returned {len(text)} bytes of JSON, more than "
+            f"DBQUEUE['MAX_RESULT_BYTES'] ({limit}). Store large results in a row or a file "
+            "and return its id."
+        )
+    return text
 
 
 def release(lease: Lease) -> bool:

@@ -25,6 +25,7 @@ from typing import (
 from django.db.models import Model
 
 from django_dbqueue import conf, enqueue
+from django_dbqueue.arguments import Callee
 from django_dbqueue.enqueue import EnqueueOptions
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.retry import Backoff
@@ -94,9 +95,9 @@ class Task(Generic[P, R]):
         return inspect.iscoroutinefunction(self.func)
 
     @functools.cached_property
-    def binding_shapes(self) -> set[tuple[object, ...]]:
-        """Call shapes seen to bind: ``(positional count, *keyword names)``; see ``arguments``."""
-        return set()
+    def callee(self) -> Callee:
+        """What enqueue checks the arguments against (``arguments.encode_calls``)."""
+        return Callee(self.name, self.signature, 1 if self.options.takes_context else 0)
 
     def bind(
         self, args: Sequence[Any], kwargs: dict[str, Any], context: object = None

@@ -1,8 +1,8 @@
 """The rules a job's values must meet, each stated once.
 
 Queue names and the ``QUEUES`` allow-list, whole numbers and seconds that a
-job's integer columns hold, the importability of a task path, and arguments
-that bind to a function. ``enqueue()``, ``@task``, ``runworkers``, the
+job's integer columns hold, text every database stores, the importability of
+a task path, and arguments that bind to a function. ``enqueue()``, ``@task``, ``runworkers``, the
 ``django.tasks`` backend and the system checks all ask here, so a value one
 of them accepts is never refused by another. A refusal is ``InvalidJob``
 naming the value and what to use instead; callers that speak another error
@@ -18,7 +18,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from django.utils.module_loading import import_string
 
-from django_dbqueue import durations
+from django_dbqueue import durations, jsontext
 from django_dbqueue.exceptions import InvalidJob, TaskNotFound
 
 T = TypeVar("T")
@@ -61,6 +61,19 @@ def check_queue(queue: object, allowed: Sequence[str] | None) -> str:
             "claim it. Add it there or use one of those queues."
         )
     return name
+
+
+def check_text(name: str, value: str) -> str:
+    """Return ``value`` if every database stores it as itself, else raise ``InvalidJob``.
+
+    A NUL character or a surrogate code point (``jsontext.unstorable``) is
+    refused on every vendor alike, before it could fail the statement (and,
+    on PostgreSQL, the caller's transaction with it).
+    """
+    problem = jsontext.unstorable(value)
+    if problem:
+        raise InvalidJob(f"{name} {value!r} holds {problem}. Leave it out of the {name}.")
+    return value
 
 
 def is_whole(value: object, minimum: int = INT_MIN) -> TypeGuard[int]:

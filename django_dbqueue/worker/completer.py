@@ -2,14 +2,17 @@
 
 A job thread hands its success over (``hand_over``) and is free for the next
 job at once. The completer writes everything that queued up while it wrote
-the previous batch (up to ``MAX_BATCH``) with one ``complete`` statement, in
-which every row keeps its own fencing check, then reports the batch's outcomes
+the previous batch (up to ``MAX_BATCH`` results, and ``MAX_BATCH_BYTES`` of
+them) with one ``complete`` statement, in which every row keeps its own
+fencing check, then reports the batch's outcomes
 to ``written`` in one call: ``SUCCEEDED``, ``LEASE_LOST`` when the database
 refused the row, or ``UNRECORDED`` when the database stayed unreachable for the
 lease's length (the reaper recovers those). A failure the database may get over (a lost
 connection, a read-only or restarting server, a vanished prepared statement:
 ``faults``) is retried; a row the database refuses is written alone, so it
-cannot hold back the rest of its batch. Under load this turns a commit per job
+cannot hold back the rest of its batch, and one it refuses again for good
+is written as the job's failure (``RESULT_NOT_SERIALIZABLE``), never left
+to the reaper to run again. Under load this turns a commit per job
 into a commit per batch; a lone job is written at once (group commit: nobody
 waits for a window). Until its outcome is reported a job stays the worker's:
 its lease is renewed and shutdown waits for it.
@@ -35,6 +38,7 @@ from typing import NamedTuple
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
+from django_dbqueue.errors import refused_result
 from django_dbqueue.worker.connections import (
     WRITE_RETRY,
     Survival,
@@ -44,7 +48,7 @@ from django_dbqueue.worker.connections import (
     worth_retrying,
     write_here,
 )
-from django_dbqueue.worker.faults import classify
+from django_dbqueue.worker.faults import Fault, classify
 from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.session import worker_session
 
@@ -52,6 +56,9 @@ log = logging.getLogger(__name__)
 
 #: The most results written in one statement.
 MAX_BATCH = 200
+#: The most bytes of results (as JSON) written in one statement, but for a larger result
+#: written alone: a few big results do not make one slow statement that holds back the rest.
+MAX_BATCH_BYTES = 4 * 1024 * 1024
 #: How often a job thread waiting for its write (``Completer.write``) checks on the completer.
 WRITE_TICK = 0.5
 
@@ -75,6 +82,40 @@ class _Write:
 
     transition: Callable[[], bool]
     done: Future[bool]
+
+
+def within_bytes(pending: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    """``pending`` cut in two: the first batch, whose results add up to ``MAX_BATCH_BYTES`` at
+    most (a larger result alone), and the rest, in order."""
+    total = 0
+    for end, item in enumerate(pending):
+        total += len(item.encoded or "")
+        if total > MAX_BATCH_BYTES and end:
+            return pending[:end], pending[end:]
+    return pending, []
+
+
+def _failed_instead(context: JobContext, refusal: Exception) -> Outcome:
+    """Write a success the database refused for good as the job's failure (``refused_result``).
+
+    The job is ``dead`` with its attempt counted, not left to the reaper to
+    run again; the outcome is ``UNRECORDED`` if that write fails too.
+    """
+    info = refused_result(refusal)
+    log.warning(
+        "job id=%s outcome=succeeded refused by the database, writing outcome=dead code=%s "
+        "instead: %s",
+        context.job_id,
+        info.code,
+        refusal,
+    )
+    try:
+        applied = leases.fail(context.lease, info, None)
+    except Exception as exc:  # noqa: BLE001 - the reaper recovers the job, as for any unwritten outcome.
+        recover(classify(exc))
+        log_unrecorded(context, Outcome.DEAD, exc)
+        return Outcome.UNRECORDED
+    return Outcome.DEAD if applied else Outcome.LEASE_LOST
 
 
 class WriteNotTaken(TimeoutError):
@@ -101,8 +142,8 @@ class Completer(threading.Thread):
     def hand_over(self, context: JobContext, result: object, started: float) -> None:
         """Queue a success for writing; ``written`` hears its outcome later.
 
-        Raises ``ResultNotSerializable`` at once, queueing nothing, when the
-        result is not JSON.
+        Raises ``UnstorableResult`` at once, queueing nothing, when the
+        result cannot be stored (``leases.encode_result``).
         """
         encoded = leases.encode_result(context.lease, result)
         give_up_at = time.monotonic() + context.lease.lease_seconds
@@ -138,11 +179,13 @@ class Completer(threading.Thread):
     def run(self) -> None:
         survival = Survival("job success writing")
         with worker_session():
-            retrying: list[_Pending] = []
+            # Successes taken from the inbox and not written yet, in order: a batch's
+            # retries after a transient failure, then what its byte cap left over.
+            waiting: list[_Pending] = []
             failures = 0
-            while not (self.stop.is_set() and self._inbox.empty() and not retrying):
-                gathered = self._gather(MAX_BATCH - len(retrying), wait=not retrying)
-                batch = retrying + self._written_first(gathered)
+            while not (self.stop.is_set() and self._inbox.empty() and not waiting):
+                gathered = self._gather(MAX_BATCH - len(waiting), wait=not waiting)
+                batch, waiting = within_bytes([*waiting, *self._written_first(gathered)])
                 if not batch:
                     continue
                 outcomes: list[tuple[_Pending, Outcome]] = []
@@ -152,13 +195,14 @@ class Completer(threading.Thread):
                     fault = classify(exc)
                     if fault.transient:
                         failures += 1
-                        retrying = self._still_worth_writing(batch, survival, failures, exc)
+                        kept = self._still_worth_writing(batch, survival, failures, exc)
+                        waiting = kept + waiting
                         continue
                     recover(fault)
                     batch, completed = self._write_one_by_one(batch, exc, outcomes)
                 if failures:
                     survival.succeeded()
-                retrying, failures = [], 0
+                failures = 0
                 for pending in batch:
                     applied = pending.context.job_id in completed
                     outcomes.append((pending, Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST))
@@ -218,9 +262,10 @@ class Completer(threading.Thread):
     ) -> tuple[list[_Pending], set[int]]:
         """After the database refused a batch: write each row alone, so one bad row fails alone.
 
-        A row refused again goes to ``outcomes`` as ``UNRECORDED`` (its lease
-        runs out and the reaper recovers the job); returns the rest and the ids
-        completed.
+        A row refused again for good (``Fault.REFUSED``) is written as a
+        failure instead (``_failed_instead``); one that fails otherwise is
+        ``UNRECORDED`` (its lease runs out and the reaper recovers the job).
+        Both go to ``outcomes``; returns the rest and the ids completed.
         """
         log.warning(
             "a batch of %s job successes was refused, writing each alone: %s", len(batch), exc
@@ -230,10 +275,14 @@ class Completer(threading.Thread):
         for pending in batch:
             try:
                 completed |= leases.complete_many([(pending.context.lease, pending.encoded)])
-            except Exception as row_exc:  # noqa: BLE001 - this row alone fails; the reaper recovers it.
-                recover(classify(row_exc))
-                log_unrecorded(pending.context, Outcome.SUCCEEDED, row_exc)
-                outcomes.append((pending, Outcome.UNRECORDED))
+            except Exception as row_exc:  # noqa: BLE001 - this row alone fails; it is settled below.
+                fault = classify(row_exc)
+                recover(fault)
+                if fault is Fault.REFUSED:
+                    outcomes.append((pending, _failed_instead(pending.context, row_exc)))
+                else:
+                    log_unrecorded(pending.context, Outcome.SUCCEEDED, row_exc)
+                    outcomes.append((pending, Outcome.UNRECORDED))
             else:
                 written.append(pending)
         return written, completed

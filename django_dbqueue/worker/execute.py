@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -21,18 +21,18 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
     CANCELLED,
-    RESULT_NOT_SERIALIZABLE,
     TASK_ABORTED,
     TASK_NOT_FOUND,
     ErrorInfo,
+    refused_result,
 )
 from django_dbqueue.exceptions import (
     JobCancelled,
     LeaseLost,
     PermanentError,
-    ResultNotSerializable,
     Retry,
     TaskNotFound,
+    UnstorableResult,
 )
 from django_dbqueue.models import Job
 from django_dbqueue.runnable import Runnable
@@ -42,7 +42,7 @@ from django_dbqueue.worker.connections import (
     worth_retrying,
     write_here,
 )
-from django_dbqueue.worker.faults import classify
+from django_dbqueue.worker.faults import Fault, classify
 from django_dbqueue.worker.reporter import Outcome, report
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 Resolved = Runnable | Exception
 
 #: Takes over writing a success: ``(context, result, started)``; raises
-#: ``ResultNotSerializable`` at once when the result is not JSON.
+#: ``UnstorableResult`` at once when the result cannot be stored.
 HandOver = Callable[[JobContext, Any, float], None]
 
 #: Writes an outcome: applies ``transition`` once, by ``give_up_at`` (``time.monotonic``) at
@@ -72,17 +72,20 @@ def execute(
     Success stores the JSON result; ``Retry`` and ordinary exceptions retry
     with backoff while the budget lasts; ``PermanentError``, ``give_up_on``
     types, an unimportable task (``TASK_NOT_FOUND``), arguments that do not
-    bind (``BAD_ARGUMENTS``) and a non-JSON result (``RESULT_NOT_SERIALIZABLE``,
-    recorded as the error serialising raised) make the job dead. An outcome
-    the database cannot take (connection lost) is retried while the lease may
-    live, then left to the reaper. ``context`` lets the caller (the heartbeat)
-    signal a lost lease; one is made when not given. ``task`` is the job's
-    ``resolve`` result when the caller resolved it already (the worker does,
-    at claim); it is resolved here when not given. Once an outcome is
-    written, it is reported (``reporter.report``); a failure is reported
-    inside the handler of its exception, so ``signals.job_finished`` receivers
-    (the ``django.tasks`` backend's ``task_finished``) find it in
-    ``sys.exc_info()``.
+    bind (``BAD_ARGUMENTS``), a result that is not JSON every database stores
+    (``RESULT_NOT_SERIALIZABLE``, recorded as the error serialising raised)
+    and one past ``MAX_RESULT_BYTES`` (``RESULT_TOO_LARGE``) make the job
+    dead. An outcome the database cannot take for now (connection lost) is
+    retried while the lease may live, then left to the reaper; one it refuses
+    for good is written in its minimal form instead (``_write``), so the
+    attempt is never run again for want of a record. ``context`` lets the
+    caller (the heartbeat) signal a lost lease; one is made when not given.
+    ``task`` is the job's ``resolve`` result when the caller resolved it
+    already (the worker does, at claim); it is resolved here when not given.
+    Once an outcome is written, it is reported (``reporter.report``); a
+    failure is reported inside the handler of its exception, so
+    ``signals.job_finished`` receivers (the ``django.tasks`` backend's
+    ``task_finished``) find it in ``sys.exc_info()``.
 
     With ``hand_over`` (the worker's batching completer) a success is handed
     over instead of written here, and ``HANDED_OVER`` returned: whoever took
@@ -150,8 +153,8 @@ class _Recording:
 
     def settle(self, verdict: _Verdict) -> Outcome:
         """Write ``verdict`` (``_write``), then report the outcome the database gave."""
-        outcome = _write(self.context, self.write, verdict.transition, verdict.outcome)
-        return self.reported(outcome, verdict.code)
+        outcome, written = _write(self.context, self.write, verdict)
+        return self.reported(outcome, written.code)
 
     def reported(self, outcome: Outcome, code: str) -> Outcome:
         report(self.context.lease, outcome, code, time.monotonic() - self.started)
@@ -160,11 +163,18 @@ class _Recording:
 
 @dataclass(frozen=True)
 class _Verdict:
-    """What an attempt's end calls for: the write, the outcome it records, the error code."""
+    """What an attempt's end calls for: the write, the outcome it records, the error code.
+
+    ``instead`` gives the verdict to write when the database refuses this one
+    for good (``Fault.REFUSED``), from the error it refused it with: the
+    failure with its error reduced to code and class (``ErrorInfo.minimal``),
+    or for a success the failure that its result could not be stored.
+    """
 
     transition: Callable[[], bool]
     outcome: Outcome
     code: str = ""
+    instead: Callable[[Exception], _Verdict] | None = None
 
 
 def _attempt(job: _Recording, hand_over: HandOver | None, resolved: Resolved) -> Outcome:
@@ -199,13 +209,15 @@ def _attempt(job: _Recording, hand_over: HandOver | None, resolved: Resolved) ->
             hand_over(context, result, job.started)
             return Outcome.HANDED_OVER
         encoded = leases.encode_result(lease, result)
-    except ResultNotSerializable as exc:
+    except UnstorableResult as exc:
         # Recorded as what serialising raised (TypeError, ValueError), as django.tasks does.
-        info = ErrorInfo.from_exception(exc.__cause__ or exc, RESULT_NOT_SERIALIZABLE)
+        info = ErrorInfo.from_exception(exc.__cause__ or exc, exc.code)
         return job.settle(_give_up(context, info))
     return job.settle(
         _Verdict(
-            lambda: lease.job_id in leases.complete_many([(lease, encoded)]), Outcome.SUCCEEDED
+            lambda: lease.job_id in leases.complete_many([(lease, encoded)]),
+            Outcome.SUCCEEDED,
+            instead=lambda refusal: _give_up(context, refused_result(refusal)),
         )
     )
 
@@ -233,41 +245,69 @@ def _retry(context: JobContext, info: ErrorInfo, delay: float) -> _Verdict:
     if context.attempt >= context.max_attempts:
         return _give_up(context, info)
     retry_at = timezone.now() + timedelta(seconds=delay)
-    return _Verdict(lambda: leases.fail(context.lease, info, retry_at), Outcome.RETRIED, info.code)
+    return _failure(context, info, retry_at)
 
 
 def _give_up(context: JobContext, info: ErrorInfo) -> _Verdict:
-    return _Verdict(lambda: leases.fail(context.lease, info, None), Outcome.DEAD, info.code)
+    return _failure(context, info, None)
 
 
-def _write(
-    context: JobContext, write: Write, transition: Callable[[], bool], outcome: Outcome
-) -> Outcome:
-    """Apply ``transition`` through ``write``; ``outcome`` if it took, ``LEASE_LOST`` if not.
+def _failure(context: JobContext, info: ErrorInfo, retry_at: datetime | None) -> _Verdict:
+    """The failed attempt's write (``leases.fail``); refused, the same with ``info.minimal()``."""
+    outcome = Outcome.DEAD if retry_at is None else Outcome.RETRIED
 
-    A failure the database may get over (``faults``: a lost connection, a
+    def write(error: ErrorInfo) -> Callable[[], bool]:
+        return lambda: leases.fail(context.lease, error, retry_at)
+
+    minimal = _Verdict(write(info.minimal()), outcome, info.code)
+    return _Verdict(write(info), outcome, info.code, instead=lambda _: minimal)
+
+
+def _write(context: JobContext, write: Write, verdict: _Verdict) -> tuple[Outcome, _Verdict]:
+    """Apply the verdict's write through ``write``; the outcome and the verdict written.
+
+    The outcome is the verdict's if the write took, ``LEASE_LOST`` if not. A
+    failure the database may get over (``faults``: a lost connection, a
     read-only or restarting server) is retried with growing pauses while
-    ``worth_retrying``; after that, or at once for any other failure, the
-    outcome is ``UNRECORDED`` and the expired lease is the reaper's to
-    recover. A retry that finds this lease's own write already applied (its
-    reply was lost) reports the outcome, not a lost lease (``leases``).
+    ``worth_retrying``; after that the outcome is ``UNRECORDED`` and the
+    expired lease is the reaper's to recover. A write the database refuses
+    for good (``Fault.REFUSED``: data it will never take) is replaced by the
+    verdict's ``instead`` (a refused success by its failure, a refused
+    failure by its minimal form, which has none), so the attempt is not run
+    again for want of a record; any other failure is ``UNRECORDED`` at once.
+    A retry that finds this lease's own write already applied (its reply was
+    lost) reports the outcome, not a lost lease (``leases``).
     """
     give_up_at = time.monotonic() + context.lease.lease_seconds
     failures = 0
     while True:
         try:
-            return outcome if write(transition, give_up_at) else Outcome.LEASE_LOST
+            written = write(verdict.transition, give_up_at)
+            return (verdict.outcome if written else Outcome.LEASE_LOST), verdict
         except Exception as exc:  # noqa: BLE001 - classified: retried while it may help.
             fault = classify(exc)
+            if fault is Fault.REFUSED and verdict.instead is not None:
+                replacement = verdict.instead(exc)
+                log.warning(
+                    "job id=%s outcome=%s refused by the database, writing outcome=%s code=%s "
+                    "in its minimal form instead: %s",
+                    context.job_id,
+                    verdict.outcome.value,
+                    replacement.outcome.value,
+                    replacement.code,
+                    exc,
+                )
+                verdict = replacement
+                continue
             failures += 1
             pause = WRITE_RETRY.delay(failures)
             if not (fault.transient and worth_retrying(context, give_up_at, pause)):
-                log_unrecorded(context, outcome, exc)
-                return Outcome.UNRECORDED
+                log_unrecorded(context, verdict.outcome, exc)
+                return Outcome.UNRECORDED, verdict
             log.warning(
                 "job id=%s outcome=%s not written yet (%s), retrying in %.1fs: %s",
                 context.job_id,
-                outcome.value,
+                verdict.outcome.value,
                 fault.label,
                 pause,
                 exc,

@@ -7,7 +7,9 @@ thread must stop preparing its statements (``unprepare``). The rules match
 the server's SQLSTATE (PostgreSQL), the driver's error number (MySQL and
 MariaDB) or the message (SQLite, which has neither); a database error no rule
 names is ``REFUSED`` (the statement or its data is wrong: retrying cannot
-help), and anything that is not a database error is a ``BUG``.
+help), and so is a ``UnicodeEncodeError``, raised by a driver that cannot
+encode the data for the server (a surrogate code point in a text value);
+anything else that is not a database error is a ``BUG``.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ RULES = (
 
 def classify(exc: BaseException) -> Fault:
     """The fault ``exc`` (or the driver error it wraps) stands for."""
+    if isinstance(exc, UnicodeEncodeError):
+        return Fault.REFUSED
     if not isinstance(exc, DjangoDatabaseError) and not _is_driver_error(exc):
         return Fault.BUG
     causes = list(_chain(exc))

@@ -40,6 +40,7 @@ from django_dbqueue.worker.reporter import Outcome
 from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from tests.factories import JobFactory
 from tests.jobs import backend_tasks, tasks
+from tests.testapp.models import Order
 
 Configure = Callable[..., DatabaseQueueBackend]
 
@@ -234,6 +235,22 @@ class TestEnqueue:
         with pytest.raises(TypeError, match=r"argument 0 is not JSON.*datetime"):
             async_to_sync(backend_tasks.add.aenqueue)(when, 2)
         assert not Job.objects.exists()
+
+    @pytest.mark.parametrize(
+        "argument", ["k\ud800", {"k\udc00": 1}, "nul \x00"], ids=["surrogate", "key", "nul"]
+    )
+    def test_an_argument_no_database_stores_is_refused_and_the_transaction_stays_usable(
+        self, backend: DatabaseQueueBackend, argument: object
+    ) -> None:
+        """``InvalidJob``, a ``ValueError`` as the framework's ``normalize_json`` raises for a
+        value it cannot convert; nothing reaches the database, so the caller goes on."""
+        with transaction.atomic():
+            order = Order.objects.create(state="paid")
+            with pytest.raises(InvalidJob, match=r"argument 0 is not JSON.*(surrogate|NUL)"):
+                backend_tasks.fail.enqueue(argument)
+            good = backend_tasks.fail.enqueue("k")
+            assert Order.objects.filter(pk=order.pk).exists()
+        assert list(Job.objects.values_list("pk", flat=True)) == [int(good.id)]
 
     def test_arguments_longer_than_max_args_bytes_are_refused(
         self, backend: DatabaseQueueBackend, settings: Any

@@ -16,9 +16,10 @@ from pytest_django import DjangoAssertNumQueries
 
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
-from django_dbqueue.errors import ErrorInfo
+from django_dbqueue.errors import RESULT_NOT_SERIALIZABLE, ErrorInfo
 from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
+from django_dbqueue.worker import completer as completer_module
 from django_dbqueue.worker.completer import Completer, WriteNotTaken
 from django_dbqueue.worker.reporter import Outcome
 from tests.jobs import tasks
@@ -188,7 +189,7 @@ def test_a_write_that_cannot_be_made_in_time_is_left_unrecorded(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_row_the_database_refuses_fails_alone_and_the_completer_goes_on(
+def test_a_row_the_database_refuses_fails_alone_dead_and_the_completer_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tasks.noop.enqueue_many([((), {})] * 3)
@@ -209,10 +210,44 @@ def test_a_row_the_database_refuses_fails_alone_and_the_completer_goes_on(
         assert completer.is_alive()
     assert outcomes == {
         good.job_id: Outcome.SUCCEEDED,
-        bad.job_id: Outcome.UNRECORDED,
+        bad.job_id: Outcome.DEAD,
         other.job_id: Outcome.SUCCEEDED,
     }
-    assert Job.objects.get(pk=bad.job_id).state == JobState.RUNNING  # the reaper's to recover
+    # Recorded as a failure, not left running for the reaper to run again.
+    refused = Job.objects.get(pk=bad.job_id)
+    assert (refused.state, refused.attempts, refused.last_error_code) == (
+        JobState.DEAD,
+        1,
+        RESULT_NOT_SERIALIZABLE,
+    )
+    assert refused.errors[-1]["exception"] == "django.db.utils.DataError"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_keeps_under_the_byte_cap_and_a_larger_result_is_written_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(completer_module, "MAX_BATCH_BYTES", 1000)
+    tasks.noop.enqueue_many([((), {})] * 5)
+    claimed = leases.claim(None, "w1", 5)
+    write = leases.complete_many
+    batches: list[list[int]] = []
+
+    def record_each_batch(done: list[tuple[leases.Lease, str]]) -> set[int]:
+        batches.append([len(encoded) for _, encoded in done])
+        return write(done)
+
+    monkeypatch.setattr(leases, "complete_many", record_each_batch)
+    reports = Reports()
+    completer = Completer(threading.Event(), reports)
+    # Handed over before the completer starts, so its first gather takes all five at once.
+    for lease, length in zip(claimed, (300, 300, 300, 1500, 300), strict=True):
+        completer.hand_over(JobContext(lease), "x" * length, time.monotonic())
+    with running(completer):
+        outcomes = reports.wait_for(5)
+    assert batches == [[302, 302, 302], [1502], [302]]
+    assert set(outcomes.values()) == {Outcome.SUCCEEDED}
+    assert Job.objects.filter(state=JobState.SUCCEEDED).count() == 5
 
 
 def read_only_error() -> InternalError:

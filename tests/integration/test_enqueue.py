@@ -585,8 +585,8 @@ class TestShapes:
                 send_invoice.enqueue(copy=True)  # type: ignore[call-arg]  # the call under test is wrong
             with pytest.raises(InvalidJob, match="unexpected keyword argument 'kopy'"):
                 send_invoice.enqueue(1, kopy=True)  # type: ignore[call-arg]  # the call under test is wrong
-        assert (1, "copy") in send_invoice.binding_shapes
-        assert (0, "copy") not in send_invoice.binding_shapes
+        assert (1, "copy") in send_invoice.callee.binding_shapes
+        assert (0, "copy") not in send_invoice.callee.binding_shapes
         assert Job.objects.count() == 1
 
     def test_arguments_are_checked_on_every_call_of_a_known_shape(self) -> None:
@@ -1050,6 +1050,35 @@ INVALID_CALLS: list[Any] = [
     ),
     pytest.param(
         lambda: noop.using(serial_key="a\x00b").enqueue(), r"serial_key .*NUL", id="nul-serial-key"
+    ),
+    pytest.param(lambda: echo.enqueue("k\ud800"), r"argument 0\b.*surrogate", id="surrogate-arg"),
+    pytest.param(
+        lambda: echo.enqueue(1, key=["ok", "\udc00"]),
+        r"argument 'key'.*surrogate",
+        id="surrogate-kwarg",
+    ),
+    pytest.param(
+        lambda: echo.enqueue({"k\ud800": 1}), r"argument 0\b.*surrogate", id="surrogate-dict-key"
+    ),
+    pytest.param(
+        lambda: echo.enqueue_many([(("ok",), {}), (("k\ud800",), {})]),
+        r"\(call 1\): argument 0\b.*surrogate",
+        id="surrogate-in-enqueue-many",
+    ),
+    pytest.param(
+        lambda: noop.using(dedupe_key="k\ud800").enqueue(),
+        r"dedupe_key .*surrogate",
+        id="surrogate-dedupe-key",
+    ),
+    pytest.param(
+        lambda: noop.using(serial_key="k\udfff").enqueue(),
+        r"serial_key .*surrogate",
+        id="surrogate-serial-key",
+    ),
+    pytest.param(
+        lambda: noop.using(subject=Order(pk="k\ud800")).enqueue(),
+        r"subject's primary key .*surrogate",
+        id="surrogate-subject-id",
     ),
     pytest.param(
         lambda: echo.enqueue("x" * 1024 * 1024), r"MAX_ARGS_BYTES.*\(1048576\)", id="args-1mib"

@@ -24,15 +24,18 @@ from django_dbqueue.errors import (
     LEASE_EXPIRED,
     MESSAGE_LIMIT,
     RESULT_NOT_SERIALIZABLE,
+    RESULT_TOO_LARGE,
     RETRY,
     TASK_ABORTED,
     TASK_NOT_FOUND,
+    UNPRINTABLE,
 )
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.execute import execute
 from django_dbqueue.worker.reporter import Outcome
 from tests.factories import JobFactory
-from tests.jobs import execute_tasks, tasks
+from tests.jobs import execute_tasks, tasks, unstorable_tasks
+from tests.refusals import refusing
 
 HISTORY_KEYS = {"attempt", "worker", "at", "code", "message", "traceback", "exception"}
 OUTCOME_LINE = "job id="
@@ -500,19 +503,44 @@ class TestGiveUp:
         assert [entry["code"] for entry in job.errors] == [BAD_ARGUMENTS]
         assert tasks.CALLS == []
 
-    def test_an_error_message_holding_a_nul_character_is_stored_with_it_written_out(
-        self,
+    @pytest.mark.parametrize(
+        ("task", "stored"),
+        [
+            (execute_tasks.raises_with_nul, "before\\x00after"),
+            (execute_tasks.raises_with_surrogate, "before\\ud800after"),
+        ],
+        ids=["nul-character", "surrogate"],
+    )
+    def test_an_error_message_no_database_stores_is_stored_with_it_written_out(
+        self, task: Any, stored: str
     ) -> None:
-        job = execute_tasks.raises_with_nul.enqueue()
+        job = task.enqueue()
         assert execute(claim(job)) is Outcome.RETRIED
         job.refresh_from_db()
-        assert job.errors[-1]["message"] == "ValueError: before\\x00after"
-        assert "before\\x00after" in job.last_error
+        assert job.errors[-1]["message"] == f"ValueError: {stored}"
+        assert stored in job.last_error
+
+    def test_an_exception_whose_str_raises_is_recorded_and_its_job_dead(self) -> None:
+        job = execute_tasks.raises_unprintable.enqueue()
+        assert execute(claim(job)) is Outcome.DEAD
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.last_error_code) == (
+            JobState.DEAD,
+            1,
+            "PERMANENT_ERROR",
+        )
+        assert job.errors[-1]["message"] == f"Unprintable: {UNPRINTABLE}"
 
     @pytest.mark.parametrize(
         "task",
-        [tasks.returns_unserializable, execute_tasks.returns_nan, execute_tasks.returns_nul],
-        ids=["module-object", "nan", "nul-character"],
+        [
+            tasks.returns_unserializable,
+            execute_tasks.returns_nan,
+            execute_tasks.returns_nul,
+            execute_tasks.returns_surrogate,
+            execute_tasks.returns_surrogate_key,
+        ],
+        ids=["module-object", "nan", "nul-character", "surrogate", "surrogate-key"],
     )
     def test_result_that_is_not_json_makes_the_job_dead_without_a_result(self, task: Any) -> None:
         job = task.enqueue()
@@ -540,6 +568,23 @@ class TestGiveUp:
         (entry,) = job.errors
         assert (entry["code"], entry["exception"]) == (RESULT_NOT_SERIALIZABLE, raised)
         assert job.last_error.rstrip().endswith(entry["message"])
+
+    def test_a_result_past_max_result_bytes_makes_the_job_dead_after_one_attempt(
+        self, settings: Any
+    ) -> None:
+        settings.DBQUEUE = {"MAX_RESULT_BYTES": 100}
+        small = execute_tasks.returns_text.enqueue(98)
+        assert execute(claim(small)) is Outcome.SUCCEEDED
+        large = execute_tasks.returns_text.enqueue(99)
+        assert execute(claim(large)) is Outcome.DEAD
+        large.refresh_from_db()
+        assert (large.state, large.attempts, large.result) == (JobState.DEAD, 1, None)
+        (entry,) = large.errors
+        assert entry["code"] == RESULT_TOO_LARGE
+        assert (
+            "returned 101 bytes of JSON, more than DBQUEUE['MAX_RESULT_BYTES'] (100)"
+            in (entry["message"])
+        )
 
 
 @pytest.mark.django_db
@@ -758,3 +803,21 @@ class TestJobStarted:
         finally:
             signals.job_started.disconnect(dispatch_uid="test-broken")
         assert "the APM agent is down" in caplog.text
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_the_database_refuses_is_written_in_its_minimal_form_on_the_first_attempt() -> (
+    None
+):
+    """Written where it runs (``write_here``: eager mode, ``run_jobs``), as the worker does."""
+    with refusing(unstorable_tasks.REFUSED_TEXT):
+        success = unstorable_tasks.returns.enqueue("refused")
+        assert execute(claim(success)) is Outcome.DEAD
+        failure = unstorable_tasks.raises.enqueue("refused")
+        assert execute(claim(failure)) is Outcome.DEAD
+    success.refresh_from_db()
+    failure.refresh_from_db()
+    assert (success.attempts, success.last_error_code) == (1, RESULT_NOT_SERIALIZABLE)
+    assert (failure.attempts, failure.last_error_code) == (1, "PERMANENT_ERROR")
+    assert failure.errors[-1]["message"] == "django_dbqueue.exceptions.PermanentError"

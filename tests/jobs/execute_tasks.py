@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django_dbqueue import JobContext, LeaseLost, Retry, task
+from django_dbqueue import JobContext, LeaseLost, PermanentError, Retry, task
 from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 
@@ -86,6 +86,40 @@ def returns_nul() -> str:
 @task(max_attempts=3)
 def raises_with_nul() -> None:
     raise ValueError("before\x00after")
+
+
+@task
+def returns_surrogate() -> str:
+    """A lone surrogate: no database stores it, PostgreSQL refuses the whole write."""
+    return "a\ud800b"
+
+
+@task
+def returns_surrogate_key() -> dict[str, int]:
+    return {"k\udc00": 1}
+
+
+@task(max_attempts=3)
+def raises_with_surrogate() -> None:
+    raise ValueError("before\ud800after")
+
+
+class Unprintable(PermanentError):
+    """A permanent failure whose ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of the task's own exception failed")
+
+
+@task
+def raises_unprintable() -> None:
+    raise Unprintable()
+
+
+@task
+def returns_text(length: int) -> str:
+    """A result ``length + 2`` bytes long as JSON."""
+    return "x" * length
 
 
 @task(takes_context=True, max_attempts=3, lease=30)

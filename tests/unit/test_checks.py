@@ -401,22 +401,26 @@ def test_w002_suggests_the_nearest_known_key(settings: Settings) -> None:
     assert "'FROBNICATE', " in message.msg  # nothing near it: named without a guess
 
 
+@pytest.mark.parametrize("key", ["MAX_ARGS_BYTES", "MAX_RESULT_BYTES"])
 @pytest.mark.parametrize("value", [-1, 1.5, "1MiB", None, True])
-def test_e013_max_args_bytes_must_be_a_whole_number_of_bytes(
-    settings: Settings, value: object
+def test_e013_max_args_and_result_bytes_must_be_a_whole_number_of_bytes(
+    settings: Settings, key: str, value: object
 ) -> None:
-    configure(settings, MAX_ARGS_BYTES=value)
+    configure(settings, **{key: value})
 
     messages = checks.check_settings()
 
     assert ids(messages) == ["dbqueue.E013"]
     (message,) = only(messages, "dbqueue.E013")
-    assert "MAX_ARGS_BYTES" in message.msg
+    assert key in message.msg
 
 
+@pytest.mark.parametrize("key", ["MAX_ARGS_BYTES", "MAX_RESULT_BYTES"])
 @pytest.mark.parametrize("value", [0, 1, 10 * 1024 * 1024])
-def test_max_args_bytes_accepts_zero_and_positive_sizes(settings: Settings, value: int) -> None:
-    configure(settings, MAX_ARGS_BYTES=value)
+def test_max_args_and_result_bytes_accept_zero_and_positive_sizes(
+    settings: Settings, key: str, value: int
+) -> None:
+    configure(settings, **{key: value})
 
     assert checks.check_settings() == []
 

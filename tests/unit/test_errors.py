@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from django_dbqueue import jsontext
 from django_dbqueue.errors import (
     HISTORY_LIMIT,
     LAST_ERROR_LIMIT,
     MESSAGE_LIMIT,
+    RESULT_NOT_SERIALIZABLE,
+    UNPRINTABLE,
     ErrorInfo,
     appended,
     history_entry,
+    refused_result,
+    storable,
 )
 from django_dbqueue.exceptions import PermanentError
 
@@ -94,3 +103,83 @@ def test_appended_does_not_modify_the_given_history() -> None:
 
     assert len(history) == 1
     assert [entry["message"] for entry in longer] == ["first", "second"]
+
+
+class UnprintableError(PermanentError):
+    """An exception whose ``__str__`` and ``code`` raise, as a task's own may."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+    @property
+    def code(self) -> str:  # type: ignore[override]  # a property that raises, on purpose
+        raise RuntimeError("no code either")
+
+
+def test_an_exception_whose_str_and_code_raise_is_still_described() -> None:
+    info = ErrorInfo.from_exception(raised(UnprintableError()))
+
+    assert (info.code, info.message) == ("UnprintableError", f"UnprintableError: {UNPRINTABLE}")
+    assert info.exception.endswith("test_errors.UnprintableError")
+    assert "Traceback" in info.traceback
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("perm \ud800", "perm \\ud800"),
+        ("\udfff tail", "\\udfff tail"),
+        ("nul \x00", "nul \\x00"),
+        ("caf\u00e9 \U0001f600", "caf\u00e9 \U0001f600"),
+    ],
+    ids=["lone-high-surrogate", "lone-low-surrogate", "nul", "unicode-kept"],
+)
+def test_storable_escapes_what_no_database_stores_and_keeps_real_text(
+    text: str, stored: str
+) -> None:
+    assert storable(text) == stored
+    assert jsontext.unstorable(storable(text)) is None
+
+
+def test_bounded_makes_every_field_storable() -> None:
+    info = ErrorInfo("CODE\ud800", "message \ud800", "traceback \x00", "mod.Kind\udc00")
+
+    bounded = info.bounded()
+
+    entry = history_entry(1, "w1", bounded, "2026-01-01T00:00:00+00:00")
+    assert jsontext.dumps(entry)  # what leases.fail writes: refused before the fix
+    assert bounded.message == "message \\ud800"
+
+
+def test_minimal_keeps_the_code_and_class_and_drops_the_text() -> None:
+    info = ErrorInfo.from_exception(raised(PermanentError("card 4242 \ud800")))
+
+    minimal = info.minimal()
+
+    assert minimal == ErrorInfo(
+        code="PERMANENT_ERROR",
+        message="django_dbqueue.exceptions.PermanentError",
+        exception="django_dbqueue.exceptions.PermanentError",
+    )
+
+
+def test_a_refused_result_is_recorded_by_the_refusals_class_only() -> None:
+    info = refused_result(UnicodeEncodeError("utf-8", "x\ud800", 1, 2, "surrogates not allowed"))
+
+    assert (info.code, info.exception) == (RESULT_NOT_SERIALIZABLE, "builtins.UnicodeEncodeError")
+    assert info.message == "the database refused to store the result (builtins.UnicodeEncodeError)"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a\ud800b", {"k\udc00": 1}, ["\ud83d\ude00"], "nul \x00"],
+    ids=["lone-surrogate", "surrogate-key", "surrogate-pair-as-two-code-points", "nul"],
+)
+def test_json_text_refuses_what_no_database_stores(value: object) -> None:
+    with pytest.raises(ValueError, match=r"surrogate code point|NUL"):
+        jsontext.dumps(value)
+
+
+@pytest.mark.parametrize("value", ["caf\u00e9 \U0001f600", "\\ud800 as text", {"\u00e9": 1}])
+def test_json_text_keeps_real_unicode_and_escape_like_text(value: object) -> None:
+    assert json.loads(jsontext.dumps(value)) == value

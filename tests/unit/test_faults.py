@@ -121,6 +121,11 @@ ROWS: list[tuple[str, Callable[[], BaseException], Fault]] = [
     ("sqlite read-only file", sqlite("attempt to write a readonly database"), Fault.READ_ONLY),
     ("sqlite disk i/o error", sqlite("disk I/O error"), Fault.CONNECTION_LOST),
     ("sqlite no such table", sqlite("no such table: nope"), Fault.REFUSED),
+    (
+        "driver cannot encode a surrogate",
+        lambda: UnicodeEncodeError("utf-8", "a\ud800", 1, 2, "surrogates not allowed"),
+        Fault.REFUSED,
+    ),
     ("a bug", lambda: KeyError("job_id"), Fault.BUG),
     ("task-like exit", lambda: SystemExit(3), Fault.BUG),
 ]
