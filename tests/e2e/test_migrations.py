@@ -17,7 +17,6 @@ import sys
 import uuid
 from collections.abc import Iterator
 
-import MySQLdb
 import psycopg
 import pytest
 from django.db import connection
@@ -130,6 +129,8 @@ def test_migration_0007_can_be_reversed_and_applied_again(database_url: str) -> 
 def mysql_database_url() -> Iterator[str]:
     """A database of the test's own on the MySQL/MariaDB test server, in the server's
     default collation, dropped afterwards."""
+    import MySQLdb  # the driver is installed only where the MySQL tests run
+
     settings = connection.settings_dict
     name = f"dbqueue_migrate_{uuid.uuid4().hex[:8]}"
     server = {"host": settings["HOST"], "port": int(settings["PORT"]), "user": settings["USER"]}
@@ -146,6 +147,8 @@ def mysql_database_url() -> Iterator[str]:
 def test_migration_0009_makes_an_existing_mysql_table_compare_keys_exactly(
     mysql_database_url: str,
 ) -> None:
+    import MySQLdb  # the driver is installed only where the MySQL tests run
+
     finished(migrate(mysql_database_url, "django_dbqueue", "0008"))
     name = mysql_database_url.rsplit("/", 1)[1]
     settings = connection.settings_dict
