@@ -1,22 +1,27 @@
 """Per-key serial execution across real ``runworkers`` processes.
 
 Jobs sharing a serial key must start in enqueue order and never overlap,
-whichever worker process runs each of them.
+whichever worker process runs each of them. The three workers are all claiming
+before the first job commits, so no one of them can drain the queue alone
+while the others are still starting.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Callable
 from itertools import pairwise
 
 import pytest
+from django.db import transaction
 
 from django_dbqueue import Job
 from tests.e2e.conftest import WorkerProcess
 from tests.jobs.serial_e2e_tasks import serial_step
 from tests.testapp.models import Execution
+from tests.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +38,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_three_workers_run_each_keys_jobs_in_enqueue_order_without_overlap(
     start_worker: StartWorker,
 ) -> None:
-    for _ in range(JOBS_PER_KEY):
-        for key in KEYS:
-            serial_step.using(serial_key=key).enqueue(key, PAUSE)
+    workers = [start_worker("--concurrency", "4") for _ in range(3)]
+    for worker in workers:
+        worker.wait_for_log("worker started")
     started = time.monotonic()
-    workers = [start_worker("--concurrency", "4", "--burst") for _ in range(3)]
+    with transaction.atomic():
+        for _ in range(JOBS_PER_KEY):
+            for key in KEYS:
+                serial_step.using(serial_key=key).enqueue(key, PAUSE)
+    wait_until(
+        lambda: Job.objects.succeeded().count() == len(KEYS) * JOBS_PER_KEY,
+        what="every serial job to succeed",
+    )
+    elapsed = time.monotonic() - started
+    for worker in workers:
+        worker.send(signal.SIGTERM)
     for worker in workers:
         assert worker.wait() == 0, worker.log()
-    elapsed = time.monotonic() - started
 
-    assert Job.objects.succeeded().count() == len(KEYS) * JOBS_PER_KEY
     executions = list(Execution.objects.order_by("started_at", "job_id"))
     assert len(executions) == len(KEYS) * JOBS_PER_KEY
     handoffs = 0
