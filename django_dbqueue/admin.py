@@ -10,8 +10,8 @@ Nobody edits lifecycle fields by hand. Replace the registration the usual way
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -31,11 +31,12 @@ from django.http import (
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_dbqueue import dashboard, leases, reaper, triage
+from django_dbqueue import dashboard, leases, progress, reaper, search, triage
 from django_dbqueue.listing import (
     ErrorCodeFilter,
     EstimatedCountPaginator,
@@ -52,9 +53,6 @@ STATE_COLOURS = {
     JobState.DEAD: "#c62828",
     JobState.CANCELLED: "#757575",
 }
-#: A search term that may be a job id, and the largest id a BigAutoField holds.
-JOB_ID = re.compile(r"[0-9]{1,19}")
-MAX_JOB_ID = 2**63 - 1
 #: Jobs one admin action changes per transaction; "select all" runs batch after batch.
 ACTION_BATCH = triage.BATCH
 #: Dead jobs the requeue confirmation lists; it counts the rest.
@@ -67,7 +65,7 @@ PAGE_LABELS = {
     "run_now": "Run now",
 }
 #: Columns the list page never needs: kept out of its query.
-HEAVY_FIELDS = ("args", "kwargs", "result", "errors")
+HEAVY_FIELDS = ("args", "kwargs", "result", "errors", "meta")
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -110,13 +108,16 @@ class JobAdmin(ModelAdmin):
         "task_name",
         "queue",
         "attempts_used",
+        "progress_summary",
         "last_error_code",
         "last_error_line",
         "age",
     )
     list_display_links = ("id",)
     list_filter = (StateFilter, QueueFilter, TaskFilter, ErrorCodeFilter)
-    search_fields = ("task", "dedupe_key", "=subject_id")
+    # Shows the search box; ``get_search_results`` (``search.matching``) does the matching.
+    search_fields = ("task",)
+    search_help_text = search.HELP_TEXT
     ordering = ("-id",)
     list_per_page = 100
     # Big tables: no second COUNT(*) of the whole table; estimated counts past a threshold.
@@ -126,9 +127,24 @@ class JobAdmin(ModelAdmin):
     actions = ("requeue_dead", "cancel_ready", "request_cancel", "run_now", "delete_finished")
     change_list_template = "admin/django_dbqueue/job/change_list.html"
     fieldsets = (
-        (None, {"fields": ("state_badge", "task", "queue", "priority", "attempts_used")}),
+        (
+            None,
+            {
+                "fields": (
+                    "state_badge",
+                    "task",
+                    "queue",
+                    "priority",
+                    "attempts_used",
+                    "progress_detail",
+                )
+            },
+        ),
         ("Timeline", {"fields": ("created_at", "run_at", "started_at", "finished_at")}),
-        ("Call", {"fields": ("arguments", "result_json", "subject_link", "dedupe_key")}),
+        (
+            "Call",
+            {"fields": ("arguments", "result_json", "subject_link", "dedupe_key", "meta_json")},
+        ),
         (
             "Lease",
             {
@@ -152,15 +168,12 @@ class JobAdmin(ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """Also match a job id when the term is one: ASCII digits within a bigint's range.
+        """The newest jobs the term matches, each kind through an index (``search``).
 
-        Anything else (``²``, a 40-digit number) is only searched as text, never a 500.
+        A term that is not a valid id (``²``, a 40-digit number) is searched as text only,
+        never a 500.
         """
-        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
-        term = search_term.strip()
-        if JOB_ID.fullmatch(term) and int(term) <= MAX_JOB_ID:
-            results |= queryset.filter(pk=int(term))
-        return results, may_have_duplicates
+        return search.matching(queryset, search_term), False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
         return flatten_fieldsets(self.fieldsets)
@@ -303,6 +316,31 @@ class JobAdmin(ModelAdmin):
     def attempts_used(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
+    @admin.display(description="progress")
+    def progress_summary(self, job: Job) -> SafeString | str:
+        """The latest attempt's progress (a column of the row: no query); its message on hover."""
+        report = job.current_progress
+        if report is None:
+            return "-"
+        return format_html(
+            '<span title="{}">{}</span>', report.get("message", ""), progress.summary(report)
+        )
+
+    @admin.display(description="progress")
+    def progress_detail(self, job: Job) -> SafeString | str:
+        """The latest attempt's progress, its message, and when it was reported."""
+        report = job.current_progress
+        if report is None:
+            return "-"
+        return format_html(
+            '{}<br>{}<br><small title="{}">attempt {}, reported {}</small>',
+            progress.summary(report),
+            report.get("message") or "-",
+            report.get("at"),
+            report.get("attempt"),
+            _ago(parse_datetime(str(report.get("at", "")))),
+        )
+
     @admin.display(description="age", ordering="created_at")
     def age(self, job: Job) -> str:
         return timesince(job.created_at, timezone.now())
@@ -322,6 +360,11 @@ class JobAdmin(ModelAdmin):
     @admin.display(description="result")
     def result_json(self, job: Job) -> SafeString:
         return pretty_json(job.result)
+
+    @admin.display(description="meta")
+    def meta_json(self, job: Job) -> SafeString | str:
+        """What the enqueue hooks recorded (a trace context, a request id); "-" for nothing."""
+        return "-" if job.meta is None else pretty_json(job.meta)
 
     @admin.display(description="subject")
     def subject_link(self, job: Job) -> SafeString | str:
@@ -464,3 +507,12 @@ class JobAdmin(ModelAdmin):
         if skipped:
             text += f" Skipped {skipped} whose state did not allow it (or changed meanwhile)."
         self.message_user(request, text, level)
+
+
+def _ago(at: datetime | None) -> str:
+    """How long ago ``at`` was, to the second within the first minute (a report's age)."""
+    if at is None:
+        return "-"
+    now = timezone.now()
+    seconds = (now - at).total_seconds()
+    return f"{max(0, int(seconds))} s ago" if seconds < 60 else f"{timesince(at, now)} ago"

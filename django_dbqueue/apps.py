@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db import connections
+from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -18,6 +20,14 @@ class DbQueueConfig(AppConfig):
             signals,
             testing,
         )
+        from django_dbqueue.sql import sqlite_time
+
+        # SQLite's statements add seconds to the microsecond with a function of ours:
+        # every connection made from now on gets it, and so does any already open.
+        connection_created.connect(sqlite_time.install, dispatch_uid="django_dbqueue.sqlite_time")
+        for connection in connections.all(initialized_only=True):
+            if connection.connection is not None:
+                sqlite_time.install(sender=type(connection), connection=connection)
 
         # Every app's tasks module, in every process (web, shell, worker), so the on_save()
         # hooks and periodic schedules declared there are in place before the first save.

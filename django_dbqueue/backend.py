@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.checks import CheckMessage
 from django.db import transaction
 
-from django_dbqueue import conf
+from django_dbqueue import conf, registry
 from django_dbqueue.arguments import Callee, encode_calls
 from django_dbqueue.checks import task_backend_checks
 from django_dbqueue.enqueue import EnqueueOptions, JobSpec, insert, schedule
@@ -145,6 +145,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
             check_queue(task.queue_name, conf.get().queues)
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from exc
+        registry.register(task.module_path, task.queue_name)
 
     def enqueue(
         self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]

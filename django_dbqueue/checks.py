@@ -1,9 +1,10 @@
 """System checks for the ``DBQUEUE`` settings, the database behind the queue and
 the ``django.tasks`` backend's ``TASKS`` entry.
 
-Ids: ``dbqueue.E001``-``E019`` are errors, ``dbqueue.W001``-``W003`` and ``W005``
-warnings; the backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and
-``dbqueue.W101``.
+Ids: ``dbqueue.E001``-``E020`` are errors (every number from 001 to 020 is used),
+``dbqueue.W001``, ``W002``, ``W003``, ``W005`` and ``W006`` warnings (there is no
+``W004``); the backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and
+``dbqueue.W101``. Each id's message and fix: ``docs/reference/checks.md``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.loader import MigrationLoader
+from django.utils.module_loading import import_string
 
 from django_dbqueue import collation, conf, durations, sql
 from django_dbqueue.retry import retry_problem
@@ -84,6 +86,7 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_pooler(merged),
         *_check_other_alias("LISTEN_DATABASE", merged["LISTEN_DATABASE"], "E017"),
         *_check_other_alias("READ_DATABASE", merged["READ_DATABASE"], "E018"),
+        *_check_middleware(merged["MIDDLEWARE"]),
     ]
 
 
@@ -296,6 +299,29 @@ def _check_other_alias(key: str, alias: object, number: str) -> list[CheckMessag
     ]
 
 
+def _check_middleware(paths: object) -> list[CheckMessage]:
+    """``MIDDLEWARE``: a list of dotted paths, each importing to a callable (``dbqueue.E020``)."""
+    hint = (
+        "List dotted paths of middleware factories, e.g. "
+        "['django_dbqueue.contrib.opentelemetry.TracingMiddleware']; see the middleware docs."
+    )
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+        message = f"DBQUEUE['MIDDLEWARE'] must be a list of dotted paths, not {paths!r}."
+        return [Error(message, hint=hint, id="dbqueue.E020")]
+    problems: list[CheckMessage] = []
+    for path in paths:
+        try:
+            found = import_string(path)
+        except ImportError as exc:
+            problem = str(exc)
+        else:
+            problem = "" if callable(found) else f"{found!r} is not callable"
+        if problem:
+            message = f"DBQUEUE['MIDDLEWARE'] entry {path!r}: {problem}."
+            problems.append(Error(message, hint=hint, id="dbqueue.E020"))
+    return problems
+
+
 @register(deploy=False)
 def check_database(databases: Any = None, **_: Any) -> list[CheckMessage]:
     """The queue's database is one we support, and business data saves there too."""
@@ -421,6 +447,43 @@ def check_mysql_key_collation(databases: Any = None, **_: Any) -> list[CheckMess
             hint="Give them the exact collation migration mysql_exact_key_collation sets: "
             f"{conversions}.",
             id="dbqueue.E019",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_error_search(databases: Any = None, **_: Any) -> list[CheckMessage]:
+    """On PostgreSQL, the admin's search in error text has its trigram index (``dbqueue.W006``).
+
+    Without ``pg_trgm`` (or its index) the search still matches ids, keys, tasks
+    and error codes through indexes, but not the text of errors. Waits for
+    ``migrate`` while one of the app's migrations is unapplied, as E019 does.
+    """
+    alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
+    if not isinstance(alias, str) or alias not in (databases or ()):
+        return []
+    connection = connections[alias]
+    if connection.vendor != "postgresql" or _migrations_pending(connection):
+        return []
+    (state,) = sql.run(connection, "error_search_state", {})
+    if state["indexed"]:
+        return []
+    missing = (
+        "the pg_trgm extension, which this server does not have"
+        if not state["available"]
+        else "the pg_trgm extension"
+        if not state["installed"]
+        else "the trigram index dbqueue_job_error_text"
+    )
+    build = sql.statements("postgresql")["error_search_index"]
+    steps = "" if state["installed"] else "CREATE EXTENSION pg_trgm (as a role allowed to), then "
+    return [
+        Warning(
+            f"The admin's job search cannot match error text on DATABASES[{alias!r}]: it lacks "
+            f"{missing}. Ids, dedupe keys, subject ids, tasks and error codes are still matched.",
+            hint=("Install PostgreSQL's contrib package, then " if not state["available"] else "")
+            + f"run {steps}{' '.join(build.split())}",
+            id="dbqueue.W006",
         )
     ]
 

@@ -8,6 +8,7 @@ Validation lives in ``checks.py``; this module only supplies defaults.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "POOLER": None,
     "LISTEN_DATABASE": None,
     "READ_DATABASE": None,
+    "MIDDLEWARE": (),
 }
 
 #: The ``POOLER`` values: none (direct, or a session-mode pool), or a transaction-mode pool.
@@ -90,6 +92,8 @@ class QueueSettings:
     #: The alias operators' reads use (admin list, health view, ``dbqueue_stats``, metrics
     #: gauges), a replica that may lag; None: ``database``. Never the protocol's.
     read_database: str | None
+    #: Dotted paths of the factories wrapping every attempt, outermost first (``middleware``).
+    middleware: Sequence[str]
 
     @property
     def reads_from(self) -> str:

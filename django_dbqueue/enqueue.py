@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
@@ -17,8 +17,8 @@ from django.db import connections, models
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, durations, sql, wakeups
-from django_dbqueue.arguments import Call, encode_calls
+from django_dbqueue import conf, durations, middleware, sql, wakeups
+from django_dbqueue.arguments import Call, Callee, encode_calls
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.validation import (
@@ -28,9 +28,6 @@ from django_dbqueue.validation import (
     check_queue,
     check_text,
 )
-
-if TYPE_CHECKING:
-    from django_dbqueue.tasks import Task
 
 #: How often an enqueue with a dedupe key re-tries when the active job it
 #: collided with finished before it could be read back.
@@ -50,7 +47,44 @@ FRESH_COLUMNS: dict[str, Any] = {
     "result": None,
     "last_error_code": "",
     "last_error": "",
+    "progress": None,
 }
+
+
+class TaskDefaults(Protocol):
+    """What a task fixes for every job that enqueue reads (``tasks.TaskOptions``)."""
+
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def max_attempts(self) -> int | None: ...
+    @property
+    def lease(self) -> float | None: ...
+
+
+class OneCall(Protocol):
+    """A task with per-call options, ready to enqueue (``tasks.TaskCall``)."""
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Job: ...
+
+
+class Enqueueable(Protocol):
+    """What enqueue needs of a task (``tasks.Task`` is one): this module never imports
+    ``tasks``, which builds on it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def options(self) -> TaskDefaults: ...
+    @property
+    def callee(self) -> Callee: ...
+    def using(
+        self, *, dedupe_key: str | None = None, subject: models.Model | None = None
+    ) -> OneCall:
+        """Options for the next enqueue (here: the subject and dedupe key of ``on_save``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -82,6 +116,8 @@ class JobSpec:
     subject_type_id: int | None = None
     subject_id: str | None = None
     backend: str | None = None
+    #: What the enqueue hooks recorded (``middleware.enqueue_meta``); ``None``: nothing.
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +139,14 @@ class Shape:
             columns={column: shared.get(column) for column in job_columns()},
         )
 
+    def with_meta(self, meta: dict[str, Any]) -> Shape:
+        """This shape with ``meta`` (the enqueue hooks'): a copy, at a fraction of ``of``'s cost."""
+        return Shape(
+            spec=replace(self.spec, meta=meta),
+            params={**self.params, "meta": meta},
+            columns={**self.columns, "meta": meta},
+        )
+
 
 class Shapes:
     """The ``Shape`` of each task and its queue and priority options, for one ``cfg``.
@@ -119,7 +163,7 @@ class Shapes:
         self._shapes: dict[tuple[object, ...], Shape] = {}
         self._lock = threading.Lock()
 
-    def get(self, task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> Shape:
+    def get(self, task: Enqueueable, options: EnqueueOptions, cfg: conf.QueueSettings) -> Shape:
         key = (task, options.queue, options.priority)
         found = self._shapes.get(key) if self._cfg is cfg else None
         if found is not None:
@@ -139,7 +183,7 @@ class Shapes:
 shapes = Shapes()
 
 
-def enqueue(task: Task[..., Any], calls: list[Call], options: EnqueueOptions) -> list[Job]:
+def enqueue(task: Enqueueable, calls: list[Call], options: EnqueueOptions) -> list[Job]:
     """Validate, then insert one job per call in one statement; jobs in input order.
 
     Runs in the caller's transaction on the queue's database, if any. Raises
@@ -169,10 +213,14 @@ def insert(
     A ``dedupe_key`` an active job of the same task holds returns that job,
     unchanged, with ``deduplicated=True``. Workers are woken at commit, once
     per queue and transaction (``wakeups``). ``shape`` is ``spec``'s, when
-    the caller has it.
+    the caller has it. The enqueue hooks (``middleware.enqueue_meta``) run
+    first: what they add is the jobs' ``meta``.
     """
     cfg = cfg or conf.get()
     shape = shape or Shape.of(spec, cfg)
+    meta = middleware.enqueue_meta(spec.task, spec.queue, len(calls))
+    if meta is not None:
+        shape = shape.with_meta(meta)
     connection = connections[cfg.database]
     pending = wakeups.pending(connection)
     params = {
@@ -205,7 +253,7 @@ def insert(
     )
 
 
-def task_spec(task: Task[..., Any], options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
+def task_spec(task: Enqueueable, options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
     """The validated columns the task, the call's queue and priority and ``cfg`` fix.
 
     Raises ``InvalidJob`` when no worker could import the task by its name,
@@ -347,7 +395,7 @@ def timestamp(converted: dict[object, datetime], value: object) -> datetime:
 
 def on_save(
     model: type[models.Model],
-    task: Task[..., Any],
+    task: Enqueueable,
     *,
     when: Callable[[Any, bool], bool] | None = None,
     args: Callable[[Any], Sequence[Any]] | None = None,

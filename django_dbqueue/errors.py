@@ -6,7 +6,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django_dbqueue.exceptions import JobCancelled, ResultNotSerializable, ResultTooLarge, Retry
+from django_dbqueue.exceptions import (
+    JobCancelled,
+    ResultNotSerializable,
+    ResultTooLarge,
+    Retry,
+    TransactionLeftOpen,
+)
 
 TASK_NOT_FOUND = "TASK_NOT_FOUND"
 BAD_ARGUMENTS = "BAD_ARGUMENTS"
@@ -17,7 +23,13 @@ LEASE_EXPIRED = "LEASE_EXPIRED"
 #: ``asyncio.CancelledError``, ``KeyboardInterrupt``): a failed attempt like any other.
 TASK_ABORTED = "TASK_ABORTED"
 RETRY = Retry.code
+#: The worker shut down while the attempt's code ran: the attempt counts (``leases.release``).
+SHUTDOWN = "SHUTDOWN"
 CANCELLED = JobCancelled.code
+#: Task code returned with a transaction open: its writes were rolled back (``worker.leftovers``).
+TRANSACTION_LEFT_OPEN = TransactionLeftOpen.code
+#: A middleware (``DBQUEUE["MIDDLEWARE"]``) raised: a failed attempt, retried like a task's.
+MIDDLEWARE_FAILED = "MIDDLEWARE_FAILED"
 
 #: ``last_error`` keeps at most this many characters: the end of the traceback.
 LAST_ERROR_LIMIT = 4000
@@ -54,7 +66,7 @@ class ErrorInfo:
         kind = type(exc)
         name = kind.__name__
         return cls(
-            code=code or _text_of(lambda: getattr(exc, "code", None) or name, name),
+            code=code or _own_code(exc),
             message=f"{name}: {_text_of(lambda: exc, UNPRINTABLE)}",
             traceback=_text_of(
                 lambda: "".join(traceback.format_exception(kind, exc, exc.__traceback__)), ""
@@ -97,6 +109,21 @@ def storable(text: str) -> str:
     if not text.isascii():
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
+
+
+def code_of(exc: BaseException) -> str:
+    """The error code a failed attempt records for ``exc``, raised by task code.
+
+    The exception's ``code`` attribute or class name; ``TASK_ABORTED`` for a
+    ``BaseException`` that is not an ``Exception`` (a ``SystemExit``'s own
+    ``code`` is its exit status, which names no error). Never raises.
+    """
+    return _own_code(exc) if isinstance(exc, Exception) else TASK_ABORTED
+
+
+def _own_code(exc: BaseException) -> str:
+    name = type(exc).__name__
+    return _text_of(lambda: getattr(exc, "code", None) or name, name)
 
 
 def _text_of(describe: Callable[[], object], fallback: str) -> str:

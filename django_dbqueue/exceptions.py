@@ -19,6 +19,13 @@ class InvalidJob(DbQueueError, ValueError):
     """
 
 
+class InvalidProgress(DbQueueError, ValueError):
+    """``context.set_progress`` was given a value the job cannot store; nothing was written.
+
+    Raised at the call, before any statement runs, so the task's transaction stays usable.
+    """
+
+
 class ArgumentNotJSON(InvalidJob, TypeError):
     """An enqueue call passed an argument of a type JSON cannot hold (a ``datetime``, say).
 
@@ -55,6 +62,19 @@ class ResultTooLarge(UnstorableResult):
     """The result takes more than ``MAX_RESULT_BYTES`` as JSON."""
 
     code = "RESULT_TOO_LARGE"
+
+
+class TransactionLeftOpen(DbQueueError, RuntimeError):
+    """Task code returned with a transaction still open on a database connection.
+
+    An ``atomic`` block entered and never exited, a raw ``BEGIN``, autocommit
+    switched off: whatever the task wrote there was never committed. The
+    worker rolls it back, gives the next job a clean connection, and records
+    the attempt as failed with this code (retried like any other exception),
+    never as ``succeeded``.
+    """
+
+    code = "TRANSACTION_LEFT_OPEN"
 
 
 class UnsupportedDatabase(DbQueueError, LookupError):

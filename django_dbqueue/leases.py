@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,11 +22,18 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils import timezone
 
-from django_dbqueue import conf, jsontext, sql
-from django_dbqueue.errors import CANCELLED, LEASE_EXPIRED, ErrorInfo, appended, history_entry
+from django_dbqueue import clock, conf, jsontext, sql
+from django_dbqueue.errors import (
+    CANCELLED,
+    LEASE_EXPIRED,
+    SHUTDOWN,
+    ErrorInfo,
+    appended,
+    history_entry,
+)
 from django_dbqueue.exceptions import ResultNotSerializable, ResultTooLarge
+from django_dbqueue.logfields import job_fields, jobs_fields
 from django_dbqueue.models import Job, JobState, idempotency_key
 from django_dbqueue.retry import Backoff
 
@@ -67,6 +75,10 @@ class Lease:
     queue: str
     #: The ``django.tasks`` backend alias for jobs enqueued through it, else ``None``.
     backend: str | None = None
+    #: When the job was due (database clock); ``None`` only for a lease built by hand.
+    run_at: datetime | None = None
+    #: What the enqueue hooks recorded on the job (``Job.meta``); ``None`` when nothing.
+    meta: dict[str, Any] | None = None
 
     @classmethod
     def from_claim(cls, **fields: Any) -> Lease:
@@ -162,6 +174,8 @@ def _leases(rows: list[sql.Row], worker_id: str) -> list[Lease]:
             lease_seconds=row["lease_seconds"],
             queue=row["queue"],
             backend=row["backend"],
+            run_at=sql.to_datetime(row["run_at"]),
+            meta=sql.to_json(row["meta"]),
         )
         for row in rows
     ]
@@ -191,26 +205,33 @@ class Renewal:
     are in: not a lost lease. ``lost``: the rest, taken by another worker or
     the reaper. ``cancel_requested``: owned jobs an operator asked to stop
     (``request_cancel``), read by the renew statement itself: no extra query.
+    ``skipped``: jobs whose row another transaction held locked (PostgreSQL,
+    MySQL): neither extended nor lost; renew them again later, and count them
+    lost once their lease deadline has passed.
     """
 
     owned: set[int]
     settled: dict[int, str]
     lost: set[int]
     cancel_requested: set[int] = field(default_factory=set)
+    skipped: set[int] = field(default_factory=set)
 
 
 def renew(leases: Iterable[Lease]) -> set[int]:
     """Extend every lease still owned by its job's ``lease_seconds``; return their job ids.
 
-    All leases go in one statement. A lease missing from the result is lost:
-    the job was reaped, re-claimed or finished. Stop working on it.
+    All leases go in one statement, which never waits for a row lock held
+    elsewhere: such a lease is left as it is (see ``renew_all``'s ``skipped``).
+    A lease missing from the result is lost, or was skipped: the job was
+    reaped, re-claimed or finished, or its row is locked right now.
     """
     return renew_all(leases).owned
 
 
 def renew_all(leases: Iterable[Lease]) -> Renewal:
     """``renew``, telling the leases another worker or the reaper took from those settled
-    by their own write (``settled_by``); only the first are logged as lost."""
+    by their own write (``settled_by``), and from those whose row was locked elsewhere
+    (``skipped``); only the first are logged as lost."""
     held = list(leases)
     if not held:
         return Renewal(owned=set(), settled={}, lost=set())
@@ -219,15 +240,19 @@ def renew_all(leases: Iterable[Lease]) -> Renewal:
         for lease in held
     ]
     rows = sql.run_alone(queue_connection(), "renew", {"leases": batch})
-    owned = {row["id"] for row in rows}
-    missing = [lease for lease in held if lease.job_id not in owned]
+    skipped = {row["id"] for row in rows if row["skipped"]}
+    renewed = [row for row in rows if not row["skipped"]]
+    owned = {row["id"] for row in renewed}
+    missing = [lease for lease in held if lease.job_id not in owned | skipped]
     settled = settled_by(missing) if missing else {}
     lost = {lease.job_id for lease in missing if lease.job_id not in settled}
     for lease in missing:
         if lease.job_id in lost:
-            log_lost_lease("renew", lease.job_id, lease.worker_id, lease.lease_token)
-    marked = {row["id"] for row in rows if row["cancel_requested_at"] is not None}
-    return Renewal(owned=owned, settled=settled, lost=lost, cancel_requested=marked)
+            log_lost_lease("renew", lease)
+    marked = {row["id"] for row in renewed if row["cancel_requested_at"] is not None}
+    return Renewal(
+        owned=owned, settled=settled, lost=lost, cancel_requested=marked, skipped=skipped
+    )
 
 
 def settled_by(leases: Iterable[Lease]) -> dict[int, str]:
@@ -268,26 +293,55 @@ def _written_by(lease: Lease, state: str, errors: list[dict[str, Any]]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Completion:
+    """What ``complete_many`` did: ``completed`` jobs, and ``skipped`` ones.
+
+    A skipped job's row was locked by another transaction (PostgreSQL,
+    MySQL): nothing was written and its lease is not lost; write it again
+    shortly. Every other job asked for lost its lease.
+    """
+
+    completed: set[int]
+    skipped: set[int] = field(default_factory=set)
+
+
+#: Pause before a completion skipped over a locked row is tried again.
+LOCKED_RETRY = 0.2
+
+
 def complete(lease: Lease, result: object) -> bool:
     """Mark the leased job ``succeeded`` and store its JSON ``result``.
 
     Returns ``False`` and changes nothing when the lease is lost. Raises
     ``ResultNotSerializable`` or ``ResultTooLarge`` (writing nothing) when
-    ``result`` cannot be stored (``encode_result``).
+    ``result`` cannot be stored (``encode_result``). While another transaction
+    holds the job's row locked, it tries again every ``LOCKED_RETRY``
+    seconds: a lock held past the lease's deadline ends in a lost lease.
     """
-    return lease.job_id in complete_many([(lease, encode_result(lease, result))])
+    return complete_json(lease, encode_result(lease, result))
 
 
-def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
-    """Complete several leased jobs in one statement; return the ids completed.
+def complete_json(lease: Lease, encoded: str | None) -> bool:
+    """``complete`` given the result as stored already (``encode_result``)."""
+    done = [(lease, encoded)]
+    while lease.job_id in (completion := complete_many(done)).skipped:
+        time.sleep(LOCKED_RETRY)
+    return lease.job_id in completion.completed
+
+
+def complete_many(done: Sequence[tuple[Lease, str | None]]) -> Completion:
+    """Complete several leased jobs in one statement; report the ids completed and skipped.
 
     ``done`` pairs each lease with its result as JSON text (``encode_result``).
     Every row keeps its own fencing check: a job whose lease is lost is left
     as it is, logged, and missing from the result. A job this lease already
-    completed (the reply of an earlier try was lost) counts as completed.
+    completed (the reply of an earlier try was lost) counts as completed. A
+    row another transaction holds locked is never awaited: it is ``skipped``,
+    so one lock cannot hold back the rest of the batch.
     """
     if not done:
-        return set()
+        return Completion(completed=set())
     rows = [
         {
             "job_id": lease.job_id,
@@ -298,8 +352,9 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
         for lease, encoded in done
     ]
     written = sql.run_alone(queue_connection(), "complete", {"rows": rows})
-    completed = {row["id"] for row in written}
-    missing = [lease for lease, _ in done if lease.job_id not in completed]
+    skipped = {row["id"] for row in written if row["skipped"]}
+    completed = {row["id"] for row in written if not row["skipped"]}
+    missing = [lease for lease, _ in done if lease.job_id not in completed | skipped]
     if missing:
         # A retried write whose first reply was lost finds its own success already there.
         completed |= {
@@ -307,8 +362,8 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> set[int]:
         }
     for lease in missing:
         if lease.job_id not in completed:
-            log_lost_lease("complete", lease.job_id, lease.worker_id, lease.lease_token)
-    return completed
+            log_lost_lease("complete", lease)
+    return Completion(completed=completed, skipped=skipped)
 
 
 def encode_result(lease: Lease, result: object) -> str | None:
@@ -337,43 +392,69 @@ def encode_result(lease: Lease, result: object) -> str | None:
     return text
 
 
-def release(lease: Lease) -> bool:
-    """Hand the job back unrun (at shutdown): ready and due now, the attempt refunded.
+def release(lease: Lease, *, started: bool) -> bool:
+    """Hand the job back at shutdown: ready and due now, or ``dead`` when its budget is spent.
 
-    The lease token keeps its value and no history entry is added. Returns
-    ``False`` and changes nothing when the lease is lost.
+    An attempt whose code never ``started`` is refunded: the job is ready,
+    ``attempts`` one less, the lease token kept, no history entry. One whose
+    code started (and was interrupted) keeps its attempt, as any failure
+    does: a history entry with code ``SHUTDOWN`` is added, and the job is
+    ready again at once, or ``dead`` if that was its last attempt, so
+    repeated shutdowns (rolling deploys) cannot run a job more than
+    ``max_attempts`` times. Returns ``False`` and changes nothing when the
+    lease is lost.
     """
-    return _settle(lease, "release", {})
+    if not started:
+        return _settle(lease, "release", {})
+    info = ErrorInfo(SHUTDOWN, f"worker {lease.worker_id} shut down during attempt {lease.attempt}")
+    return fail(lease, info, delay=0)
 
 
 def _settle(lease: Lease, statement: str, params: dict[str, Any]) -> bool:
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
     applied = bool(sql.run_alone(queue_connection(), statement, {**fence, **params}))
     if not applied:
-        log_lost_lease(statement, lease.job_id, lease.worker_id, lease.lease_token)
+        log_lost_lease(statement, lease)
     return applied
 
 
-def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | None) -> bool:
-    """Record a failed attempt: ``ready`` again at ``retry_at``, or ``dead`` when it is ``None``.
+def fail(
+    lease: Lease,
+    error: BaseException | ErrorInfo,
+    retry_at: datetime | None = None,
+    *,
+    delay: float | None = None,
+) -> bool:
+    """Record a failed attempt: ``ready`` again at ``retry_at`` or ``delay`` seconds from now
+    by the database clock, or ``dead`` when neither is given.
 
+    ``delay`` is how a worker retries (a backoff, ``Retry(delay=...)``): the
+    database adds it to its own clock, so a worker whose clock is off neither
+    runs the retry early nor holds it back. Passing both is a ``ValueError``.
     The job also becomes ``dead`` when its attempt budget is spent, whatever
-    ``retry_at`` says. The error is stored bounded (``last_error`` keeps the
-    traceback's end; the history keeps the last 10 entries). Returns ``False``
-    and changes nothing when the lease is lost; ``True`` also when this
-    lease's failure is already recorded (the reply of an earlier try was lost).
+    they say. The error is stored bounded (``last_error`` keeps the
+    traceback's end; the history keeps the last 10 entries, stamped by the
+    database clock). Returns ``False`` and changes nothing when the lease is
+    lost; ``True`` also when this lease's failure is already recorded (the
+    reply of an earlier try was lost). While another transaction holds the
+    job's row locked it raises at once (``NOWAIT``: a transient conflict,
+    ``faults.Fault.CONFLICT``) instead of waiting, so the caller tries again
+    later and its thread is not held up.
     """
+    if retry_at is not None and delay is not None:
+        raise ValueError("fail() takes retry_at or delay, not both.")
     info = (error if isinstance(error, ErrorInfo) else ErrorInfo.from_exception(error)).bounded()
 
-    def record(connection: BaseDatabaseWrapper, history: list[dict[str, object]]) -> bool:
+    def record(connection: BaseDatabaseWrapper, locked: sql.Row) -> bool:
         failure = _failure_row(
             lease.job_id,
             lease.lease_token,
             lease.worker_id,
             lease.attempt,
-            history,
+            locked,
             info,
-            retry_at,
+            retry_at=retry_at,
+            retry_in=delay,
         )
         return bool(_record_failures(connection, [failure], expired=False))
 
@@ -383,23 +464,27 @@ def fail(lease: Lease, error: BaseException | ErrorInfo, retry_at: datetime | No
 def _settle_with_history(
     lease: Lease,
     action: str,
-    write: Callable[[BaseDatabaseWrapper, list[dict[str, object]]], bool],
+    write: Callable[[BaseDatabaseWrapper, sql.Row], bool],
 ) -> bool:
-    """Lock the leased row, hand its error history to ``write``; log a lost lease.
+    """Lock the leased row, hand it to ``write``; log a lost lease.
 
-    ``write`` runs in the same transaction, under the row lock, only while the
-    lease's token is current; it re-checks the deadline by the database clock.
+    ``write`` gets the row of ``lock_lease`` (its error history, and the
+    database ``clock`` to stamp a new entry with) and runs in the same
+    transaction, under the row lock, only while the lease's token is current;
+    it re-checks the deadline by the database clock.
+    A row another transaction holds locked raises at once (``lock_lease`` is
+    ``NOWAIT``), writing nothing.
     """
     connection = queue_connection()
     fence = {"job_id": lease.job_id, "worker_id": lease.worker_id, "lease_token": lease.lease_token}
     with sql.write_transaction(connection):
         locked = sql.run(connection, "lock_lease", fence)
-        applied = bool(locked) and write(connection, sql.to_json(locked[0]["errors"]))
+        applied = bool(locked) and write(connection, locked[0])
     if not applied:
         # A retried write whose first reply was lost finds its own write already recorded.
         applied = settled_by([lease]).get(lease.job_id) not in (None, JobState.SUCCEEDED)
     if not applied:
-        log_lost_lease(action, lease.job_id, lease.worker_id, lease.lease_token)
+        log_lost_lease(action, lease)
     return applied
 
 
@@ -425,7 +510,12 @@ def reap(limit: int = REAP_BATCH, *, backoff_for: BackoffLookup) -> ReapResult:
         dead=sorted(job_id for job_id, state in settled if state == JobState.DEAD),
     )
     if settled:
-        log.info("reaped expired leases retried=%s dead=%s", result.retried, result.dead)
+        log.info(
+            "reaped expired leases retried=%s dead=%s",
+            result.retried,
+            result.dead,
+            extra={**jobs_fields(result.retried + result.dead), "error_code": LEASE_EXPIRED},
+        )
     return result
 
 
@@ -433,18 +523,17 @@ def _expiry_row(expired: sql.Row, backoff_for: BackoffLookup) -> dict[str, Any]:
     """The failure to record for one row of ``lock_expired``."""
     attempts = expired["attempts"]
     info = ErrorInfo(LEASE_EXPIRED, f"lease of worker {expired['worker_id']} expired")
-    retry_at = None
+    retry_in = None
     if attempts < expired["max_attempts"]:
-        delay = backoff_for(expired["task"], expired["backend"]).delay(attempts)
-        retry_at = timezone.now() + timedelta(seconds=delay)
+        retry_in = backoff_for(expired["task"], expired["backend"]).delay(attempts)
     return _failure_row(
         expired["id"],
         expired["lease_token"],
         expired["worker_id"],
         attempts,
-        sql.to_json(expired["errors"]),
+        expired,
         info,
-        retry_at,
+        retry_in=retry_in,
     )
 
 
@@ -453,20 +542,33 @@ def _failure_row(
     lease_token: int,
     worker_id: str,
     attempt: int,
-    history: list[dict[str, object]],
+    locked: sql.Row,
     info: ErrorInfo,
-    retry_at: datetime | None,
+    *,
+    retry_at: datetime | None = None,
+    retry_in: float | None = None,
 ) -> dict[str, Any]:
-    entry = history_entry(attempt, worker_id, info, timezone.now().isoformat())
+    """One row of ``record_failures``: ``locked`` holds the job's ``errors`` and the ``clock``.
+
+    The job is retried at ``retry_at``, or ``retry_in`` seconds after the
+    database clock when the statement runs; dead when both are ``None``.
+    """
+    entry = history_entry(attempt, worker_id, info, _stamp(locked))
     return {
         "job_id": job_id,
         "lease_token": lease_token,
         "worker_id": worker_id,
         "retry_at": retry_at,
+        "retry_in": retry_in,
         "code": info.code,
         "last_error": info.last_error,
-        "errors": appended(history, entry),
+        "errors": appended(sql.to_json(locked["errors"]), entry),
     }
+
+
+def _stamp(locked: sql.Row) -> str:
+    """A history entry's time: the database clock the locking statement read."""
+    return clock.stamp(sql.to_datetime(locked["clock"]))
 
 
 def _record_failures(
@@ -569,7 +671,9 @@ def request_cancel(job_ids: Iterable[int], actor: str) -> list[int]:
     """
     ids = _changed("request_cancel", job_ids, {})
     if ids:
-        log.info("cancel requested for running jobs ids=%s actor=%s", ids, actor)
+        log.info(
+            "cancel requested for running jobs ids=%s actor=%s", ids, actor, extra=jobs_fields(ids)
+        )
     return ids
 
 
@@ -584,15 +688,15 @@ def cancel_running(lease: Lease) -> bool:
     """
     info = ErrorInfo(CANCELLED, f"cancelled on request during attempt {lease.attempt}")
 
-    def record(connection: BaseDatabaseWrapper, history: list[dict[str, object]]) -> bool:
-        entry = history_entry(lease.attempt, lease.worker_id, info, timezone.now().isoformat())
+    def record(connection: BaseDatabaseWrapper, locked: sql.Row) -> bool:
+        entry = history_entry(lease.attempt, lease.worker_id, info, _stamp(locked))
         params = {
             "job_id": lease.job_id,
             "worker_id": lease.worker_id,
             "lease_token": lease.lease_token,
             "code": info.code,
             "last_error": info.last_error,
-            "errors": appended(history, entry),
+            "errors": appended(sql.to_json(locked["errors"]), entry),
         }
         return bool(sql.run(connection, "cancel_running", params))
 
@@ -619,12 +723,16 @@ def _changed(statement: str, job_ids: Iterable[int], params: dict[str, Any]) -> 
     return sorted(row["id"] for row in rows)
 
 
-def log_lost_lease(action: str, job_id: int, worker_id: str, lease_token: int) -> None:
-    """Log a write refused because the lease was lost: expected, never retried."""
+def log_lost_lease(action: str, lease: Lease) -> None:
+    """Log a write refused because the lease was lost: expected, never retried.
+
+    The line carries the job's fields (``logfields.job_fields``) and its ``lease_token``.
+    """
     log.warning(
         "lease lost action=%s job=%s worker=%s lease_token=%s",
         action,
-        job_id,
-        worker_id,
-        lease_token,
+        lease.job_id,
+        lease.worker_id,
+        lease.lease_token,
+        extra={**job_fields(lease), "lease_token": lease.lease_token},
     )

@@ -5,7 +5,10 @@ or when no index serves the filter on a big table, the list shows PostgreSQL's
 estimate (the planner's row count for the same query, from ``EXPLAIN``) instead.
 The choices of the queue, task and error-code filters come from the rows
 operators triage (dead jobs; for queues also ready and running ones), each state
-read through its partial index, never from a ``DISTINCT`` over the whole history.
+read through its partial index, never from a ``DISTINCT`` over the whole history,
+and, for queues and tasks, from what needs no row: the configured ``QUEUES`` and
+the task registry (every task the process imported, and the queues they name).
+Every choice filters through an index over all rows, ``(queue, id)`` or ``(task, id)``.
 The list and its filters' choices read from ``READ_DATABASE`` when it is set.
 """
 
@@ -22,16 +25,17 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
-from django_dbqueue import conf
-from django_dbqueue.models import Job, JobState
+from django_dbqueue import conf, registry
+from django_dbqueue.models import EVERY_JOB, Job, JobState
 
 #: Past this many rows (by the planner's estimate) the list shows the estimate.
 ESTIMATE_ABOVE = 10_000
 
 
 def plan_of(queryset: QuerySet[Any]) -> dict[str, Any] | None:
-    """The top node of PostgreSQL's plan for ``queryset`` (unordered); ``None`` elsewhere."""
-    if connections[queryset.db].vendor != "postgresql":
+    """The top node of PostgreSQL's plan for ``queryset`` (unordered); ``None`` elsewhere,
+    and for a queryset known to be empty (it sends no query)."""
+    if connections[queryset.db].vendor != "postgresql" or queryset.query.is_empty():
         return None
     plan: dict[str, Any] = json.loads(queryset.order_by().explain(format="json"))[0]["Plan"]
     return plan
@@ -108,31 +112,44 @@ class TriageValuesFilter(admin.SimpleListFilter):
             jobs.filter(state=state).order_by().values_list(self.field, flat=True).distinct()
             for state in self.states
         ]
-        values = set(per_state[0].union(*per_state[1:]).order_by()) - {""}
+        values = (set(per_state[0].union(*per_state[1:]).order_by()) | self.known()) - {""}
         if self.value():
             values.add(str(self.value()))
         return [(value, value) for value in sorted(values)]
 
+    def known(self) -> set[str]:
+        """Values listed without reading a row (configured or registered ones)."""
+        return set()
+
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        """The chosen value's jobs; ``EVERY_JOB`` lets the operators' indexes serve them."""
         value = self.value()
-        return queryset.filter(**{self.field: value}) if value else queryset
+        return queryset.filter(EVERY_JOB, **{self.field: value}) if value else queryset
 
 
 class QueueFilter(TriageValuesFilter):
-    """Queues with ready, running or dead jobs."""
+    """Queues configured (``QUEUES``), named by registered tasks, or with ready, running or
+    dead jobs; each choice reads the ``(queue, id)`` index."""
 
     title = "queue"
     parameter_name = "queue__exact"
     field = "queue"
     states = (JobState.READY, JobState.RUNNING, JobState.DEAD)
 
+    def known(self) -> set[str]:
+        return {*(conf.get().queues or ()), conf.get().default_queue, *registry.queues()}
+
 
 class TaskFilter(TriageValuesFilter):
-    """Tasks with dead jobs."""
+    """Tasks this process imported (the task registry) or with dead jobs; each choice
+    reads the ``(task, id)`` index."""
 
     title = "task"
     parameter_name = "task__exact"
     field = "task"
+
+    def known(self) -> set[str]:
+        return set(registry.task_paths())
 
 
 class ErrorCodeFilter(TriageValuesFilter):

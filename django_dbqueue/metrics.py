@@ -89,9 +89,9 @@ WORKER_COUNTERS = {
         "dbqueue_worker_lease_lost_total",
         "Outcomes refused because the lease was lost.",
     ),
-    "renew_failures": (
-        "dbqueue_worker_renew_failures_total",
-        "Leases the heartbeat found lost.",
+    "leases_lost": (
+        "dbqueue_worker_leases_lost_total",
+        "Leases the heartbeat found taken (by another worker or the reaper).",
     ),
     "unrecorded": (
         "dbqueue_worker_unrecorded_total",
@@ -106,6 +106,19 @@ WORKER_HISTOGRAMS = {
     ),
     "run_duration": (
         "dbqueue_worker_run_duration_seconds",
+        "Seconds per job attempt, task code and outcome write included.",
+    ),
+}
+
+#: ``WorkerCounters`` per-task histogram -> (histogram name, help), labelled ``worker_id`` and
+#: ``task``: at most ``counters.MAX_TASK_LABELS`` task names per worker, then ``other``.
+TASK_HISTOGRAMS = {
+    "queue_wait_by_task": (
+        "dbqueue_job_queue_wait_seconds",
+        "Seconds from a job's run_at to the claim that started its attempt (database clock).",
+    ),
+    "run_duration_by_task": (
+        "dbqueue_job_run_duration_seconds",
         "Seconds per job attempt, task code and outcome write included.",
     ),
 }
@@ -192,7 +205,8 @@ def with_configured_queues(stats: dict[str, QueueStats]) -> dict[str, QueueStats
 
 
 class WorkerCollector:
-    """One worker's counters and duration histograms, labelled with its ``worker_id``."""
+    """One worker's counters and duration histograms, labelled with its ``worker_id``
+    (and the per-task histograms with their ``task``)."""
 
     def __init__(self, worker_id: str, counters: WorkerCounters) -> None:
         self.worker_id = worker_id
@@ -209,6 +223,14 @@ class WorkerCollector:
             durations = HistogramMetricFamily(name, help_text, labels=["worker_id"])
             durations.add_metric([self.worker_id], prometheus_buckets(histogram), histogram.sum)
             yield durations
+        for attribute, (name, help_text) in TASK_HISTOGRAMS.items():
+            by_task = getattr(self.counters, attribute).snapshot()
+            per_task = HistogramMetricFamily(name, help_text, labels=["worker_id", "task"])
+            for task, histogram in by_task.items():
+                per_task.add_metric(
+                    [self.worker_id, task], prometheus_buckets(histogram), histogram.sum
+                )
+            yield per_task
         yield from self._health()
 
     def _health(self) -> Iterator[Metric]:

@@ -7,6 +7,8 @@ hand-written UPDATE cannot leave a job in a shape the workers misread.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.contrib.contenttypes.fields import GenericForeignKey
@@ -49,6 +51,13 @@ class JobState(models.TextChoices):
 
 
 ACTIVE_STATES = (JobState.READY, JobState.RUNNING)
+#: The condition of the operators' indexes over every job (``dbqueue_job_queue``,
+#: ``dbqueue_job_task``). Every job meets it; a query may use those indexes only when it
+#: says so (the planner proves an index's condition from the query's own), so the
+#: claim, ``next_due`` and the dedupe lookup keep their partial indexes whatever the
+#: statistics say, and only the admin's filters and search and the commands' selectors,
+#: which add it, read these.
+EVERY_JOB = Q(id__gt=0)
 TERMINAL_STATES = (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED)
 
 
@@ -162,6 +171,13 @@ class Job(models.Model):
     last_error_code = models.CharField(max_length=100, blank=True, default="")
     last_error = models.TextField(blank=True, default="")
     errors = models.JSONField(default=list, blank=True)
+    #: What enqueue hooks recorded for the workers (a trace context, a request id): never the
+    #: task's arguments; at most ``middleware.MAX_META_BYTES`` of JSON. NULL when no hook added any.
+    meta = models.JSONField(null=True, blank=True)
+    #: The latest ``context.set_progress`` of an attempt: ``{"done", "total", "message",
+    #: "attempt", "at"}`` (``at``: database clock, ISO 8601 UTC), written fenced by the
+    #: attempt's lease. NULL until a task reports any; see ``current_progress``.
+    progress = models.JSONField(null=True, blank=True)
 
     objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]  # django-stubs types as_manager() as a Manager, not the QuerySet its methods return.
 
@@ -212,6 +228,19 @@ class Job(models.Model):
                 condition=Q(state=JobState.READY),
                 name="dbqueue_job_ready",
             ),
+            # The ready index in two parts for the general claim: keyless candidates are read
+            # apart from keyed ready jobs, of which only the first of each serial key may
+            # run, and keyed ones apart from keyless jobs, so neither walks past the other.
+            models.Index(
+                fields=("queue", "-priority", "run_at", "id"),
+                condition=Q(state=JobState.READY, serial_key__isnull=True),
+                name="dbqueue_job_ready_keyless",
+            ),
+            models.Index(
+                fields=("queue", "-priority", "run_at", "id"),
+                condition=Q(state=JobState.READY, serial_key__isnull=False),
+                name="dbqueue_job_ready_serial",
+            ),
             models.Index(
                 fields=("lease_until",),
                 condition=Q(state=JobState.RUNNING),
@@ -233,6 +262,21 @@ class Job(models.Model):
                 condition=Q(state=JobState.DEAD),
                 name="dbqueue_job_dead",
             ),
+            # The newest failed jobs first, for the admin's search in error text (sql
+            # error_search_recent): a word found in many errors is answered from the newest
+            # few, where the trigram index would fetch every match before sorting.
+            models.Index(
+                fields=("id",),
+                condition=~Q(last_error=""),
+                name="dbqueue_job_failed",
+            ),
+            # The same for cancelled jobs: the state filter's "cancelled" with any other filter.
+            models.Index(
+                fields=("id",),
+                include=("queue", "task"),
+                condition=Q(state=JobState.CANCELLED),
+                name="dbqueue_job_cancelled",
+            ),
             # The admin's error-code filter: only jobs that ever failed have a code.
             models.Index(
                 fields=("last_error_code", "id"),
@@ -243,6 +287,18 @@ class Job(models.Model):
                 fields=("subject_type", "subject_id"),
                 condition=Q(subject_type__isnull=False),
                 name="dbqueue_job_subject",
+            ),
+            # The admin's queue and task filters and the commands' --queue and --task, newest
+            # first, in any state: the partial indexes above cover only the rows operators
+            # triage, and a queue or task with only succeeded jobs would be read end to end.
+            models.Index(fields=("queue", "id"), condition=EVERY_JOB, name="dbqueue_job_queue"),
+            models.Index(fields=("task", "id"), condition=EVERY_JOB, name="dbqueue_job_task"),
+            # The admin's exact search for a dedupe key; partial, as only some jobs have one.
+            # (A subject id is searched through dbqueue_job_subject, per content type.)
+            models.Index(
+                fields=("dedupe_key",),
+                condition=Q(dedupe_key__isnull=False),
+                name="dbqueue_job_dedupe_key",
             ),
             models.Index(
                 fields=("serial_key", "id"),
@@ -292,6 +348,19 @@ class Job(models.Model):
         return lines[-1] if lines else ""
 
     @property
+    def current_progress(self) -> dict[str, Any] | None:
+        """``progress`` if the job's latest attempt reported it, else ``None``.
+
+        A claim leaves ``progress`` as the previous attempt reported it; once a
+        newer attempt runs (``attempts`` grew), that report is stale and not
+        returned. A finished or retrying job shows how far its last attempt got.
+        """
+        report = self.progress
+        if isinstance(report, dict) and report.get("attempt") == self.attempts:
+            return report
+        return None
+
+    @property
     def idempotency_key(self) -> str:
         """Stable across attempts and operator requeues: derived from the id."""
         return idempotency_key(self.pk)
@@ -302,14 +371,22 @@ class PeriodicSlot(models.Model):
 
     Workers advance ``last_slot`` with a compare-and-set in the same
     transaction as the slot's job, so each slot is enqueued once across all
-    workers without a leader, even after the job row is purged.
+    workers without a leader, even after the job row is purged. The slot is
+    stored as UTC epoch seconds (cron slots are whole seconds), so slots
+    compare in time order whatever ``USE_TZ`` and ``TIME_ZONE`` say: naive
+    local times would repeat in a DST fall-back hour.
     """
 
     task = models.CharField(max_length=255, unique=True)
-    last_slot = models.DateTimeField()
+    last_slot = models.BigIntegerField(help_text="The slot's time, UTC epoch seconds.")
 
     class Meta:
         db_table = "dbqueue_periodic_slot"
 
     def __str__(self) -> str:
-        return f"{self.task} @ {self.last_slot:%Y-%m-%d %H:%M}"
+        return f"{self.task} @ {self.slot:%Y-%m-%d %H:%M} UTC"
+
+    @property
+    def slot(self) -> datetime:
+        """``last_slot`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.last_slot, dt_timezone.utc)

@@ -21,12 +21,11 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
-from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone as django_timezone
 from django.utils.module_loading import autodiscover_modules
 
-from django_dbqueue import conf
+from django_dbqueue import clock, conf
 from django_dbqueue.arguments import encode_call
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import Job, PeriodicSlot
@@ -202,7 +201,8 @@ class Scheduler:
     """Enqueues the due slots of ``schedules``; remembers which slots are settled.
 
     A slot is settled once this process saw the compare-and-set succeed or
-    lose, so a look between two slots costs no query.
+    lose, so a look between two slots costs only the read of the database
+    clock.
     """
 
     def __init__(self, schedules: Iterable[Schedule]) -> None:
@@ -212,11 +212,16 @@ class Scheduler:
     def enqueue_due(self, now: datetime | None = None) -> list[Job]:
         """Enqueue each schedule's latest slot at or before ``now`` unless already done.
 
-        Returns the jobs this call enqueued. A schedule whose job cannot be
-        enqueued (``InvalidJob``, e.g. a queue not in ``QUEUES``) is logged
-        and tried again at its next slot. Database errors propagate.
+        ``now`` defaults to the database clock (one small query, none without
+        schedules), so a worker whose clock is off neither fires a slot early
+        nor skips one. Returns the jobs this call enqueued. A schedule whose
+        job cannot be enqueued (``InvalidJob``, e.g. a queue not in
+        ``QUEUES``) is logged and tried again at its next slot. Database
+        errors propagate.
         """
-        now = now or datetime.now(dt_timezone.utc)
+        if not self.schedules:
+            return []
+        now = now or clock.database_now(connections[conf.get().database])
         if django_timezone.is_naive(now):
             raise ValueError(f"now must be an aware datetime, not {now!r}.")
         jobs = []
@@ -253,6 +258,7 @@ def enqueue_or_log(schedule: Schedule, slot: datetime) -> Job | None:
             slot.isoformat(),
             job.pk,
             " (deduplicated)" if job.deduplicated else "",
+            extra={"job_id": job.pk, "task": job.task, "queue": job.queue},
         )
     return job
 
@@ -269,7 +275,7 @@ def enqueue_slot(schedule: Schedule, slot: datetime) -> Job | None:
     enqueued. ``InvalidJob`` from the enqueue rolls the slot back.
     """
     alias = conf.get().database
-    stored = to_db(slot)
+    stored = to_epoch(slot)
     rows = PeriodicSlot.objects.using(alias)
     with transaction.atomic(using=alias):
         # The update comes first, so it takes the row's exclusive lock as its first lock.
@@ -285,15 +291,11 @@ def enqueue_slot(schedule: Schedule, slot: datetime) -> Job | None:
 
 
 def recorded_slots(names: Iterable[str]) -> dict[str, datetime]:
-    """The latest slot recorded for each of the named tasks that has one."""
+    """The latest slot recorded for each of the named tasks that has one (aware, UTC)."""
     rows = PeriodicSlot.objects.using(conf.get().database).filter(task__in=list(names))
-    return {row.task: from_db(row.last_slot) for row in rows}
+    return {row.task: row.slot for row in rows}
 
 
-def to_db(moment: datetime) -> datetime:
-    """``moment`` as a ``DateTimeField`` takes it: naive local time when ``USE_TZ`` is off."""
-    return moment if settings.USE_TZ else django_timezone.make_naive(moment)
-
-
-def from_db(value: datetime) -> datetime:
-    return django_timezone.make_aware(value) if django_timezone.is_naive(value) else value
+def to_epoch(slot: datetime) -> int:
+    """The aware ``slot`` as ``PeriodicSlot.last_slot`` stores it: UTC epoch seconds."""
+    return int(slot.timestamp())

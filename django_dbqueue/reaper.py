@@ -3,25 +3,30 @@
 ``runworkers`` calls ``sweep()`` every ``REAPER_INTERVAL``. Both halves work
 in bounded batches, each its own short transaction, so many workers can reap
 at once (locked rows are skipped) and a large backlog never holds long locks.
-Only terminal rows are ever deleted.
+A sweep purges for a bounded time only (``PURGE_SHARE`` of the interval), so
+however many finished rows wait for deletion, expired leases are recovered
+every sweep. Only terminal rows are ever deleted.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db.models import QuerySet
-from django.utils import timezone
+from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
 
 from django_dbqueue import conf, leases, runnable, sql
-from django_dbqueue.models import Job, JobState
+from django_dbqueue.models import Job, JobState, UtcNow
 
 log = logging.getLogger(__name__)
 
 #: Rows deleted per statement.
 PURGE_BATCH = 1000
+#: The share of ``REAPER_INTERVAL`` one sweep may spend purging: the rest of a large
+#: backlog waits for the next sweeps, which recover expired leases first.
+PURGE_SHARE = 0.25
 
 
 def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
@@ -34,8 +39,11 @@ def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
 
 
 def sweep() -> tuple[int, int]:
-    """Recover every expired lease (``reap`` batch by batch), then purge.
+    """Recover every expired lease (``reap`` batch by batch), then purge for a while.
 
+    The purge stops once ``PURGE_SHARE`` of ``REAPER_INTERVAL`` is spent
+    (after one batch at least), so a lease that expires during a large purge
+    is recovered by the next sweep, not after the whole backlog is deleted.
     Returns ``(recovered, purged)``.
     """
     recovered = 0
@@ -44,7 +52,8 @@ def sweep() -> tuple[int, int]:
         batch = len(result.retried) + len(result.dead)
         recovered += batch
         if batch < leases.REAP_BATCH:
-            return recovered, purge()
+            budget = PURGE_SHARE * conf.get().reaper_interval
+            return recovered, purge(time_budget=budget)
 
 
 def retention_rules() -> list[tuple[tuple[str, ...], timedelta]]:
@@ -57,8 +66,15 @@ def retention_rules() -> list[tuple[tuple[str, ...], timedelta]]:
     return [(states, age) for states, age in rules if age is not None]
 
 
-def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
+def purge(
+    batch_size: int = PURGE_BATCH, *, dry_run: bool = False, time_budget: float | None = None
+) -> int:
     """Delete finished jobs past their retention, ``batch_size`` rows at a time.
+
+    With a ``time_budget`` (seconds) no batch starts once that much time has
+    passed, so the purge ends within about the budget plus one batch and may
+    leave rows due for a later call; the first batch always runs, so every
+    call makes progress. ``None`` deletes everything due.
 
     ``succeeded`` rows go after ``SUCCEEDED_RETENTION``; ``dead`` and
     ``cancelled`` after ``DEAD_RETENTION`` (``None``: never). Ready and running
@@ -71,11 +87,12 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}.")
     database = conf.get().database
+    deadline = None if time_budget is None else time.monotonic() + time_budget
     deleted = 0
     for states, age in retention_rules():
-        old = Job.objects.using(database).filter(
-            state__in=states, finished_at__lt=timezone.now() - age
-        )
+        # Ages count back from the database clock: a worker's clock cannot purge rows early.
+        cutoff = ExpressionWrapper(UtcNow() - age, output_field=DateTimeField())
+        old = Job.objects.using(database).filter(state__in=states, finished_at__lt=cutoff)
         if dry_run:
             deleted += old.count()
             continue
@@ -86,6 +103,9 @@ def purge(batch_size: int = PURGE_BATCH, *, dry_run: bool = False) -> int:
                 deleted += delete_where(old.filter(pk__in=batch))
             if len(batch) < batch_size:
                 break
+            if deadline is not None and time.monotonic() >= deadline:
+                log.info("purge paused for the next sweep deleted=%s", deleted)
+                return deleted
     if deleted and not dry_run:
         log.info("purged finished jobs count=%s", deleted)
     return deleted

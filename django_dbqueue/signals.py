@@ -27,8 +27,12 @@ job_started = Signal(use_caching=True)
 
 #: Sent by the worker once the outcome of an attempt is written to the job (a
 #: success from the worker's reporter thread, other outcomes from the job's),
-#: with ``lease`` (the attempt's ``Lease``) and ``outcome`` (``"succeeded"``,
-#: ``"retried"`` or ``"dead"``): once per attempt, the hook for attempts. A
+#: with ``lease`` (the attempt's ``Lease``), ``outcome`` (``"succeeded"``,
+#: ``"retried"``, ``"dead"``, or ``"cancelled"`` when the task stopped on a cancel
+#: request by raising ``JobCancelled``) and ``error_code`` (the code the failure was
+#: recorded with, ``last_error_code``: ``"ValueError"``, ``"TASK_NOT_FOUND"``...; ``""``
+#: for a success): once per attempt, the hook for attempts (error trackers:
+#: ``django_dbqueue.contrib.sentry``). A
 #: failed attempt is reported inside the handler of its exception, so
 #: ``sys.exc_info()`` holds it. Not sent when the write was refused (lease
 #: lost) or never happened (database unreachable), nor for a job the reaper

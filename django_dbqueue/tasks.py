@@ -24,7 +24,7 @@ from typing import (
 
 from django.db.models import Model
 
-from django_dbqueue import conf, enqueue
+from django_dbqueue import conf, enqueue, registry
 from django_dbqueue.arguments import Callee
 from django_dbqueue.enqueue import EnqueueOptions
 from django_dbqueue.exceptions import InvalidJob
@@ -72,6 +72,7 @@ class Task(Generic[P, R]):
         self.options = options
         self.name = f"{func.__module__}.{func.__qualname__}"
         functools.update_wrapper(self, func)
+        registry.register(self.name, options.queue)
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"

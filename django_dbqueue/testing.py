@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from django_dbqueue import conf, leases
+from django_dbqueue import conf, leases, middleware
 from django_dbqueue.worker.execute import execute
 
 #: The worker id the jobs run here are leased to, as the admin and logs show it.
@@ -78,6 +78,12 @@ def run_committed_jobs(job_ids: list[int], **_: Any) -> None:
 
 
 def run_leased(lease: leases.Lease) -> JobRun:
-    """Run one claimed job as a worker's pool thread would, and record its outcome."""
+    """Run one claimed job as a worker's pool thread would, and record its outcome.
+
+    The middleware is built first, as a worker builds it at start, so one that
+    listens for outcomes (``contrib.sentry``) hears of a job that ends before
+    any middleware runs (``TASK_NOT_FOUND``).
+    """
+    middleware.stack()
     outcome = execute(lease)
     return JobRun(lease.job_id, lease.task, lease.attempt, outcome.value)

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from django_dbqueue import conf
-from django_dbqueue.models import Job, JobQuerySet
+from django_dbqueue.models import EVERY_JOB, Job, JobQuerySet
 
 #: Jobs one transition call handles; a selection runs batch after batch.
 BATCH = 500
@@ -55,7 +55,8 @@ class Selector:
             f"{since_field}__gte": self.since,
         }
         filters = {lookup: value for lookup, value in given.items() if value is not None}
-        jobs: JobQuerySet = Job.objects.using(conf.get().database).filter(**filters)
+        # EVERY_JOB: --task and --queue read the operators' indexes (dbqueue_job_task, _queue).
+        jobs: JobQuerySet = Job.objects.using(conf.get().database).filter(EVERY_JOB, **filters)
         return jobs
 
 

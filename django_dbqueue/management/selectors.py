@@ -6,7 +6,7 @@ matched none (``NothingMatched``, saying so), 2 for a mistake on the command lin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -61,15 +61,18 @@ def selector_from(options: Mapping[str, Any]) -> triage.Selector:
 
 
 def require_match(
-    selector: triage.Selector, jobs: JobQuerySet, selected: JobQuerySet, kind: str
+    selector: triage.Selector, jobs: JobQuerySet, selected: Sequence[JobQuerySet], kind: str
 ) -> None:
-    """Raise ``NothingMatched`` when ``selected`` (the ``kind`` ones of ``jobs``) is empty.
+    """Raise ``NothingMatched`` when every one of ``selected`` (the ``kind`` ones of ``jobs``)
+    is empty.
 
+    One query per state: ``state = 'ready' AND task = ...`` reads the ready index or
+    the ``(task, id)`` index, where ``state IN (...)`` would read every row of the task.
     The message names the selectors given and how many ``jobs`` they match in
     any state, so a typo in ``--task`` reads differently from jobs that are
     simply not ``kind`` (any more).
     """
-    if selected.exists():
+    if any(each.exists() for each in selected):
         return
     given = ", ".join(
         f"{flag} {describe(getattr(selector, field))}"

@@ -1,12 +1,17 @@
 """Named SQL statements per database vendor, and the one place that runs them.
 
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
-defines the same names, but for three optional ones: ``worker_session`` (the
+defines the same names, but for five optional ones: ``worker_session`` (the
 set-up of a worker's own connection), ``insert_job`` (a faster single-row
-``insert_jobs``) and ``notify_probe`` (the wake-up probe of a vendor with
-``LISTEN``), and one MySQL/MariaDB alone has: ``loose_collations`` (what the
-system check ``dbqueue.E019`` reads). A block is one statement, or (where the vendor lacks
-``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
+``insert_jobs``), ``listen_session`` and ``notify_probe`` (the set-up of the
+``LISTEN`` connection and the wake-up probe of a vendor with ``LISTEN``) and
+``reset_session`` (a job connection's fresh session, ``worker.leftovers``);
+two MySQL/MariaDB alone has: ``loose_collations`` (what the system check
+``dbqueue.E019`` reads) and ``transaction_open`` (MariaDB's report of an open
+transaction); and four PostgreSQL alone has: ``error_search_state``,
+``error_search_ready``, ``error_search_recent`` and ``error_search_index`` (the
+admin's search in error text, with ``pg_trgm``). A block is one statement, or
+(where the vendor lacks ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
 the last one that returns rows giving the result, by column name; a statement
 may read the rows of the latest one that returned rows as ``%(previous)s`` (a
 JSON array of arrays, columns in order). Python

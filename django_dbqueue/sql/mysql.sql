@@ -27,13 +27,13 @@ SET @dbqueue_inserted_at = UTC_TIMESTAMP(6),
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-    subject_id, backend, last_worker_id, last_error_code, last_error, errors
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
 )
 SELECT
     %(queue)s, %(task)s, item.args, item.kwargs, 'ready', %(priority)s,
     COALESCE(%(run_at)s, @dbqueue_inserted_at + INTERVAL %(delay)s * 1000000 MICROSECOND),
     0, %(max_attempts)s, 0, %(lease_seconds)s, @dbqueue_inserted_at, %(dedupe_key)s,
-    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'
+    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s
 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     position FOR ORDINALITY, args JSON PATH '$.args', kwargs JSON PATH '$.kwargs'
 )) AS item
@@ -76,7 +76,7 @@ SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_to
     j.lease_until = @dbqueue_claimed_at + INTERVAL j.lease_seconds SECOND,
     j.started_at = @dbqueue_claimed_at;
 SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-       j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend
+       j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta
 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 
@@ -97,7 +97,7 @@ SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_to
     j.lease_until = @dbqueue_claimed_at + INTERVAL j.lease_seconds SECOND,
     j.started_at = @dbqueue_claimed_at;
 SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-       j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend
+       j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta
 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 
@@ -116,60 +116,114 @@ WHERE state = 'ready' AND run_at > @dbqueue_now
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)
--- with lease_until ahead of the clock, read after the rows are locked. Returns the ids
--- still owned, each with the time an operator asked it to stop (NULL: not asked).
+-- with lease_until ahead of the clock, read after the rows are locked. A row another
+-- transaction holds locked is skipped, never awaited (the update reads only the rows
+-- locked). Returns the ids still owned, each with the time an operator asked it to stop
+-- (NULL: not asked), and the ids skipped (skipped 1): renew those later.
 SELECT j.id FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id'
 )) AS l
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
 ORDER BY j.id
-FOR UPDATE;
-UPDATE JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+FOR UPDATE SKIP LOCKED;
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id'
-)) AS l
-STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
+)) AS l ON l.job_id = chosen.id
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 SET j.lease_until = UTC_TIMESTAMP(6) + INTERVAL j.lease_seconds SECOND
 WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
   AND j.lease_until > UTC_TIMESTAMP(6);
-SELECT j.id, j.cancel_requested_at
-FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+SELECT j.id, j.cancel_requested_at, 0 AS skipped
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id'
+)) AS l ON l.job_id = chosen.id
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+  AND j.lease_until > UTC_TIMESTAMP(6)
+UNION ALL
+SELECT l.job_id, NULL, 1 FROM JSON_TABLE(%(leases)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id'
 )) AS l
-STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = l.job_id
-WHERE j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+WHERE l.job_id NOT IN (SELECT chosen.id FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen)
+  AND EXISTS (SELECT 1 FROM dbqueue_job AS e WHERE e.id = l.job_id);
+
+-- name: set_progress
+-- Store each report in %(reports)s (JSON [{job_id, lease_token, worker_id, progress}],
+-- progress as JSON text) as its job's progress, with "at" set to the database clock (ISO
+-- 8601, UTC). Applies only to rows still running under that (worker_id, lease_token) with
+-- lease_until ahead of the clock, read after the rows are locked. A row another
+-- transaction holds locked is skipped, never awaited (the update reads only the rows
+-- locked). Returns the ids written (marked by this block's "at"), and the ids skipped
+-- (skipped 1): write their newest report later.
+SELECT j.id FROM JSON_TABLE(%(reports)s, '$[*]' COLUMNS (job_id BIGINT PATH '$.job_id')) AS r
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = r.job_id
+ORDER BY j.id
+FOR UPDATE SKIP LOCKED;
+SET @dbqueue_progress_at = DATE_FORMAT(UTC_TIMESTAMP(6), '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ');
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN JSON_TABLE(%(reports)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id', progress LONGTEXT PATH '$.progress'
+)) AS r ON r.job_id = chosen.id
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+SET j.progress = JSON_SET(r.progress, '$.at', @dbqueue_progress_at)
+WHERE j.state = 'running' AND j.worker_id = r.worker_id AND j.lease_token = r.lease_token
   AND j.lease_until > UTC_TIMESTAMP(6);
+SELECT j.id, 0 AS skipped
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN JSON_TABLE(%(reports)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
+    worker_id VARCHAR(255) PATH '$.worker_id'
+)) AS r ON r.job_id = chosen.id
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+WHERE j.state = 'running' AND j.worker_id = r.worker_id AND j.lease_token = r.lease_token
+  AND JSON_VALUE(j.progress, '$.at') = @dbqueue_progress_at
+UNION ALL
+SELECT r.job_id, 1 FROM JSON_TABLE(%(reports)s, '$[*]' COLUMNS (job_id BIGINT PATH '$.job_id')) AS r
+WHERE r.job_id NOT IN (SELECT chosen.id FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen)
+  AND EXISTS (SELECT 1 FROM dbqueue_job AS e WHERE e.id = r.job_id);
 
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
 -- as JSON text or null) succeeded with its result. Each row applies only while its lease
--- is the caller's and live by the clock read after the row locks are held. Returns the ids
--- completed (marked by this block's finished_at).
+-- is the caller's and live by the clock read after the row locks are held. A row another
+-- transaction holds locked is skipped, never awaited. Returns the ids completed (marked by
+-- this block's finished_at), and the ids skipped (skipped 1): write those later.
 SELECT j.id FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
 )) AS d
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
 ORDER BY j.id
-FOR UPDATE;
+FOR UPDATE SKIP LOCKED;
 SET @dbqueue_completed_at = UTC_TIMESTAMP(6);
-UPDATE JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
-)) AS d
-STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
+)) AS d ON d.job_id = chosen.id
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 SET j.state = 'succeeded', j.result = d.result, j.worker_id = NULL, j.lease_until = NULL,
     j.finished_at = @dbqueue_completed_at
 WHERE j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
   AND j.lease_until > @dbqueue_completed_at;
-SELECT j.id FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+SELECT j.id, 0 AS skipped
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+WHERE j.state = 'succeeded' AND j.finished_at = @dbqueue_completed_at
+UNION ALL
+SELECT d.job_id, 1 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
 )) AS d
-STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
-WHERE j.state = 'succeeded' AND j.finished_at = @dbqueue_completed_at;
+WHERE d.job_id NOT IN (SELECT chosen.id FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen)
+  AND EXISTS (SELECT 1 FROM dbqueue_job AS e WHERE e.id = d.job_id);
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
@@ -183,18 +237,27 @@ WHERE id = %(job_id)s
   AND lease_until > UTC_TIMESTAMP(6);
 SELECT %(job_id)s AS id FROM DUAL WHERE ROW_COUNT() > 0;
 
+-- name: database_now
+-- The database clock now, in UTC whatever the session's time_zone.
+SELECT UTC_TIMESTAMP(6) AS now;
+
 -- name: lock_lease
 -- Lock the job if it is still running under (worker_id, lease_token); return its error
--- history so a failure can be appended. The deadline is checked by record_failures.
-SELECT errors FROM dbqueue_job
+-- history so a failure can be appended, and the database clock (UTC) to stamp it with.
+-- The deadline is checked by record_failures.
+-- A row another transaction holds locked is not awaited: NOWAIT fails the statement at
+-- once (a transient conflict the caller tries again later), so the writer is not held up.
+SELECT errors, UTC_TIMESTAMP(6) AS clock FROM dbqueue_job
 WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
-FOR UPDATE;
+FOR UPDATE NOWAIT;
 
 -- name: lock_expired
 -- Lock up to %(limit)s running jobs whose lease has run out, oldest deadline first.
--- Rows another reaper holds are skipped.
-SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend
+-- Rows another reaper holds are skipped. Each row comes with the database clock (UTC), to
+-- stamp the expiry with.
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend,
+       UTC_TIMESTAMP(6) AS clock
 FROM dbqueue_job
 WHERE state = 'running' AND lease_until < UTC_TIMESTAMP(6)
 ORDER BY lease_until
@@ -203,23 +266,29 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: record_failures
 -- Record a failed attempt for each row of %(rows)s (JSON [{job_id, lease_token, worker_id,
--- retry_at, code, last_error, errors}]): ready again at retry_at, or dead when retry_at is
--- null or the attempt budget is spent. With %(expired)s the lease must have run out (the
--- reaper); otherwise it must still be the caller's and live. The caller holds the row
--- locks (lock_lease, lock_expired), so a row still running afterwards was not settled.
+-- retry_at, retry_in, code, last_error, errors}]): ready again at retry_at, or retry_in
+-- seconds after the database clock, or dead when both are null or the attempt budget is
+-- spent. With %(expired)s the lease must have run out (the reaper); otherwise it must
+-- still be the caller's and live. The caller holds the row locks (lock_lease,
+-- lock_expired), so a row still running afterwards was not settled.
 -- Returns the ids and the state each one took.
 UPDATE JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', retry_at DATETIME(6) PATH '$.retry_at',
-    code VARCHAR(100) PATH '$.code', last_error LONGTEXT PATH '$.last_error',
-    errors JSON PATH '$.errors'
+    retry_in DOUBLE PATH '$.retry_in', code VARCHAR(100) PATH '$.code',
+    last_error LONGTEXT PATH '$.last_error', errors JSON PATH '$.errors'
 )) AS f
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = f.job_id
-SET j.run_at = CASE WHEN f.retry_at IS NULL OR j.attempts >= j.max_attempts
-                    THEN j.run_at ELSE f.retry_at END,
-    j.finished_at = CASE WHEN f.retry_at IS NULL OR j.attempts >= j.max_attempts
+SET j.run_at = CASE WHEN f.retry_at IS NULL AND f.retry_in IS NULL
+                         OR j.attempts >= j.max_attempts
+                    THEN j.run_at
+                    ELSE COALESCE(f.retry_at, UTC_TIMESTAMP(6)
+                                  + INTERVAL ROUND(f.retry_in * 1000000) MICROSECOND) END,
+    j.finished_at = CASE WHEN f.retry_at IS NULL AND f.retry_in IS NULL
+                              OR j.attempts >= j.max_attempts
                          THEN UTC_TIMESTAMP(6) END,
-    j.state = CASE WHEN f.retry_at IS NULL OR j.attempts >= j.max_attempts
+    j.state = CASE WHEN f.retry_at IS NULL AND f.retry_in IS NULL
+                        OR j.attempts >= j.max_attempts
                    THEN 'dead' ELSE 'ready' END,
     j.worker_id = NULL, j.lease_until = NULL,
     j.last_error_code = f.code, j.last_error = f.last_error, j.errors = f.errors
@@ -318,3 +387,8 @@ FROM information_schema.columns
 WHERE table_schema = DATABASE() AND table_name IN ('dbqueue_job', 'dbqueue_periodic_slot')
   AND data_type IN ('char', 'varchar') AND collation_name <> %(exact)s
 ORDER BY table_name, ordinal_position;
+
+-- name: transaction_open
+-- MariaDB only: whether this session has a transaction open (1) or not (0), a raw
+-- START TRANSACTION included, asked after task code ran. MySQL has no such variable.
+SELECT @@in_transaction AS in_transaction;

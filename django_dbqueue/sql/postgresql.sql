@@ -18,6 +18,21 @@ SELECT set_config('jit', 'off', false),
        set_config('synchronous_commit',
                   COALESCE(%(synchronous_commit)s, current_setting('synchronous_commit')), false);
 
+-- name: listen_session
+-- Set up the worker's LISTEN connection: exempt from idle_session_timeout (PostgreSQL 14+;
+-- a no-op before), since it sits idle by design and a closed one misses wake-ups until it
+-- is back. Only this session's setting changes, never the server's.
+SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout';
+
+-- name: reset_session
+-- Give a job thread's connection, kept from job to job (CONN_MAX_AGE), a fresh session
+-- after task code used it: role and session authorization, every setting (search_path,
+-- time zone...), advisory locks, temporary tables, prepared statements, cursors and
+-- LISTENs all go back to how a new connection starts (the caller then re-applies
+-- Django's own set-up). Outside any transaction only; never behind a transaction-mode
+-- pool, where the server session is not this client's.
+DISCARD ALL;
+
 -- name: notify_probe
 -- The listener's probe: one NOTIFY on %(channel)s with %(payload)s (no queue's name), sent
 -- as enqueue sends its wake-ups, so hearing it shows that this worker's wake-ups arrive.
@@ -38,7 +53,7 @@ WITH inserted AS (
     INSERT INTO dbqueue_job (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
         lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-        subject_id, backend, last_worker_id, last_error_code, last_error, errors
+        subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
     )
     SELECT
         %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', 'ready', %(priority)s,
@@ -46,7 +61,7 @@ WITH inserted AS (
                  statement_timestamp() + make_interval(secs => %(delay)s)),
         0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
         %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '',
-        '[]'::jsonb
+        '[]'::jsonb, %(meta)s::jsonb
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
     ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
@@ -67,13 +82,14 @@ FROM inserted CROSS JOIN first;
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-    subject_id, backend, last_worker_id, last_error_code, last_error, errors
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
 ) VALUES (
     %(queue)s, %(task)s, %(rows)s::jsonb -> 0 -> 'args', %(rows)s::jsonb -> 0 -> 'kwargs',
     'ready', %(priority)s,
     COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
-    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb
+    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb,
+    %(meta)s::jsonb
 )
 ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
 DO NOTHING
@@ -102,7 +118,17 @@ RETURNING id, created_at, run_at,
 -- index in order and nothing else, and leases keyless rows only, so a keyed job committed
 -- after the probe is left to the general path of a later claim: the serial-key guarantee
 -- never depends on the probe's timing. The general path discovers the queues, takes each
--- one's candidates with the serial-key checks and shares the batch in turn.
+-- one's candidates and shares the batch in turn. Keyless candidates come from the keyless
+-- part of the ready index (dbqueue_job_ready_keyless), so keyed jobs are never walked past.
+-- Keyed candidates are the first job of each serial key only (ready, due, in a served
+-- queue, no job of its key running). They are looked for first in claim order, in the
+-- keyed part of the ready index (dbqueue_job_ready_serial), 10 x %(limit)s jobs per queue
+-- at most, each checked by an index probe. Only when that finds fewer than %(limit)s in a
+-- queue whose keyed jobs go on (a deep key ahead, say) are the keys with an active job
+-- walked, one index probe each (a loose scan of the active serial-key index), taking each
+-- key's first active job (lowest id). So a claim of 10 reads at most 100 keyed rows per
+-- queue plus, in that case, one row per active key, however many jobs wait on each key:
+-- 100,000 jobs on one key cost it 1 ms, as do 100,000 keys of one job each.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
                 WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
@@ -141,27 +167,101 @@ served AS (
     UNION
     SELECT queue FROM ready_queue WHERE queue IS NOT NULL AND %(queues)s::jsonb IS NULL
 ),
-candidate AS (
-    SELECT c.id, s.queue,
-           row_number() OVER (PARTITION BY s.queue ORDER BY c.priority DESC, c.run_at, c.id)
-               AS rank
+serial_in_order AS (
+    SELECT c.id, s.queue, c.priority, c.run_at,
+           c.id = (
+               SELECT e.id FROM dbqueue_job e
+               WHERE e.state IN ('ready', 'running') AND e.serial_key = c.serial_key
+               ORDER BY e.serial_key, e.id
+               LIMIT 1
+           ) AND (
+               SELECT r.serial_key FROM dbqueue_job r
+               WHERE r.state = 'running' AND r.serial_key = c.serial_key
+               ORDER BY r.serial_key
+               LIMIT 1
+           ) IS NULL AS first_of_key
+    FROM served s
+    CROSS JOIN LATERAL (
+        SELECT id, serial_key, priority, run_at FROM dbqueue_job q
+        WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
+          AND serial_key IS NOT NULL
+        ORDER BY priority DESC, run_at, id
+        LIMIT 10 * %(limit)s
+    ) c
+),
+serial_walk AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM serial_in_order
+        GROUP BY queue
+        HAVING count(*) = 10 * %(limit)s AND count(*) FILTER (WHERE first_of_key) < %(limit)s
+    ) AS needed
+),
+serial_key_walk AS (
+    SELECT (
+        SELECT min(serial_key) FROM dbqueue_job
+        WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
+    ) AS serial_key
+    WHERE (SELECT needed FROM serial_walk)
+    UNION ALL
+    SELECT (
+        SELECT min(j.serial_key) FROM dbqueue_job j
+        WHERE j.state IN ('ready', 'running') AND j.serial_key > w.serial_key
+    )
+    FROM serial_key_walk w
+    WHERE w.serial_key IS NOT NULL
+),
+serial_head AS (
+    SELECT id, queue,
+           row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank
+    FROM (
+        SELECT id, queue, priority, run_at FROM serial_in_order WHERE first_of_key
+        UNION
+        SELECT h.id, h.queue, h.priority, h.run_at
+        FROM serial_key_walk w
+        CROSS JOIN LATERAL (
+            SELECT id, state, queue, priority, run_at FROM dbqueue_job
+            WHERE state IN ('ready', 'running') AND serial_key = w.serial_key
+            ORDER BY serial_key, id
+            LIMIT 1
+        ) h
+        WHERE w.serial_key IS NOT NULL
+          AND h.state = 'ready' AND h.run_at <= statement_timestamp()
+          AND h.queue IN (SELECT queue FROM served)
+          AND (
+              SELECT r.serial_key FROM dbqueue_job r
+              WHERE r.state = 'running' AND r.serial_key = w.serial_key
+              ORDER BY r.serial_key
+              LIMIT 1
+          ) IS NULL
+    ) head
+),
+serial_chosen AS (
+    SELECT id, queue, priority, run_at FROM dbqueue_job k
+    WHERE id = ANY (ARRAY(SELECT id FROM serial_head WHERE rank <= %(limit)s))
+      AND state = 'ready'
+    FOR UPDATE SKIP LOCKED
+),
+keyless_chosen AS (
+    SELECT c.id, s.queue, c.priority, c.run_at
     FROM served s
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM dbqueue_job g
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
-          AND (serial_key IS NULL OR NOT EXISTS (
-              SELECT 1 FROM dbqueue_job e
-              WHERE e.serial_key = g.serial_key AND e.id < g.id
-                AND e.state IN ('ready', 'running')
-          ) AND NOT EXISTS (
-              SELECT 1 FROM dbqueue_job r
-              WHERE r.serial_key = g.serial_key AND r.state = 'running'
-          ))
+          AND serial_key IS NULL
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE NOT (SELECT plain FROM shape)
+),
+candidate AS (
+    SELECT id, queue,
+           row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank
+    FROM (
+        SELECT id, queue, priority, run_at FROM keyless_chosen
+        UNION ALL
+        SELECT id, queue, priority, run_at FROM serial_chosen
+    ) c
 ),
 chosen AS (
     SELECT id FROM plain_chosen
@@ -182,7 +282,7 @@ SET state = 'running',
     started_at = clock_timestamp()
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
+          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
@@ -205,7 +305,7 @@ SET state = 'running',
     started_at = clock_timestamp()
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend;
+          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
 
 -- name: next_due
 -- Seconds from the database clock until the next ready job of %(queues)s (NULL: every queue)
@@ -251,45 +351,89 @@ WHERE l.priority IS NOT NULL;
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds from the database clock. Applies only to rows still running under that
 -- (worker_id, lease_token) with lease_until ahead of the clock, checked once the row lock
--- is held. Returns the ids still owned, each with the time an operator asked it to stop
--- (NULL: not asked).
+-- is held. A row another transaction holds locked is skipped, never awaited, so one lock
+-- cannot stall the batch. Returns the ids still owned, each with the time an operator
+-- asked it to stop (NULL: not asked), and the ids skipped (skipped true): renew those later.
 WITH lease AS (
     SELECT * FROM jsonb_to_recordset(%(leases)s::jsonb)
         AS l(job_id bigint, lease_token bigint, worker_id text)
 ),
 locked AS (
     SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
-    ORDER BY id FOR UPDATE
+    ORDER BY id FOR UPDATE SKIP LOCKED
+),
+renewed AS (
+    UPDATE dbqueue_job j
+    SET lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
+    FROM lease l
+    WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = l.job_id
+      AND j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.cancel_requested_at
 )
-UPDATE dbqueue_job j
-SET lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
-FROM lease l
-WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = l.job_id
-  AND j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
-  AND j.lease_until > clock_timestamp()
-RETURNING j.id, j.cancel_requested_at;
+SELECT id, cancel_requested_at, false AS skipped FROM renewed
+UNION ALL
+SELECT j.id, NULL, true FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(SELECT job_id FROM lease)) AND j.id <> ALL (ARRAY(SELECT id FROM locked));
+
+-- name: set_progress
+-- Store each report in %(reports)s (JSON [{job_id, lease_token, worker_id, progress}],
+-- progress as JSON text) as its job's progress, with "at" set to the database clock (ISO
+-- 8601, UTC). Applies only to rows still running under that (worker_id, lease_token) with
+-- lease_until ahead of the clock, checked once the row lock is held. A row another
+-- transaction holds locked is skipped, never awaited. Returns the ids written, and the ids
+-- skipped (skipped true): write their newest report later.
+WITH report AS (
+    SELECT * FROM jsonb_to_recordset(%(reports)s::jsonb)
+        AS r(job_id bigint, lease_token bigint, worker_id text, progress text)
+),
+locked AS (
+    SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM report))
+    ORDER BY id FOR UPDATE SKIP LOCKED
+),
+written AS (
+    UPDATE dbqueue_job j
+    SET progress = r.progress::jsonb || jsonb_build_object('at',
+        to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+    FROM report r
+    WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
+      AND j.state = 'running' AND j.worker_id = r.worker_id AND j.lease_token = r.lease_token
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id
+)
+SELECT id, false AS skipped FROM written
+UNION ALL
+SELECT j.id, true FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(SELECT job_id FROM report)) AND j.id <> ALL (ARRAY(SELECT id FROM locked));
 
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
 -- as JSON text or null) succeeded with its result. Each row applies only while its lease
--- is the caller's and live by the database clock once the row lock is held. Returns the
--- ids completed; the others' leases were lost.
+-- is the caller's and live by the database clock once the row lock is held. A row another
+-- transaction holds locked is skipped, never awaited. Returns the ids completed, and the
+-- ids skipped (skipped true): write those later; the others' leases were lost.
 WITH done AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
         AS d(job_id bigint, lease_token bigint, worker_id text, result text)
 ),
 locked AS (
     SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
-    ORDER BY id FOR UPDATE
+    ORDER BY id FOR UPDATE SKIP LOCKED
+),
+completed AS (
+    UPDATE dbqueue_job j
+    SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
+        finished_at = clock_timestamp()
+    FROM done d
+    WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = d.job_id
+      AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id
 )
-UPDATE dbqueue_job j
-SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
-    finished_at = clock_timestamp()
-FROM done d
-WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = d.job_id
-  AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
-  AND j.lease_until > clock_timestamp()
-RETURNING j.id;
+SELECT id, false AS skipped FROM completed
+UNION ALL
+SELECT j.id, true FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(SELECT job_id FROM done)) AND j.id <> ALL (ARRAY(SELECT id FROM locked));
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
@@ -304,18 +448,28 @@ WHERE j.id = locked.id
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 
+-- name: database_now
+-- The database clock now, for Python code that needs the instant itself: as UTC wall-clock
+-- time (no time zone), which the driver returns as it is whatever USE_TZ and TIME_ZONE say.
+SELECT clock_timestamp() AT TIME ZONE 'UTC' AS now;
+
 -- name: lock_lease
 -- Lock the job if it is still running under (worker_id, lease_token); return its error
--- history so a failure can be appended. The deadline is checked by record_failures.
-SELECT errors FROM dbqueue_job
+-- history so a failure can be appended, and the database clock (UTC wall-clock time, as
+-- database_now reads it) to stamp it with. The deadline is checked by record_failures.
+-- A row another transaction holds locked is not awaited: NOWAIT fails the statement at
+-- once (a transient conflict the caller tries again later), so the writer is not held up.
+SELECT errors, clock_timestamp() AT TIME ZONE 'UTC' AS clock FROM dbqueue_job
 WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
-FOR UPDATE;
+FOR UPDATE NOWAIT;
 
 -- name: lock_expired
 -- Lock up to %(limit)s running jobs whose lease has run out, oldest deadline first, via
--- the running-lease index. Rows another reaper holds are skipped.
-SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend
+-- the running-lease index. Rows another reaper holds are skipped. Each row comes with the
+-- database clock (UTC wall-clock time, as database_now reads it), to stamp the expiry with.
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend,
+       clock_timestamp() AT TIME ZONE 'UTC' AS clock
 FROM dbqueue_job
 WHERE state = 'running' AND lease_until < statement_timestamp()
 ORDER BY lease_until
@@ -324,10 +478,11 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: record_failures
 -- Record a failed attempt for each row of %(rows)s (JSON [{job_id, lease_token, worker_id,
--- retry_at, code, last_error, errors}]): ready again at retry_at, or dead when retry_at is
--- null or the attempt budget is spent. With %(expired)s the lease must have run out (the
--- reaper); otherwise it must still be the caller's and live. Both by the database clock,
--- after the row lock is held. Returns the ids and the state each one took.
+-- retry_at, retry_in, code, last_error, errors}]): ready again at retry_at, or retry_in
+-- seconds after the database clock, or dead when both are null or the attempt budget is
+-- spent. With %(expired)s the lease must have run out (the reaper); otherwise it must
+-- still be the caller's and live. Both by the database clock, after the row lock is held.
+-- Returns the ids and the state each one took.
 UPDATE dbqueue_job j
 SET state = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
                  THEN 'dead' ELSE 'ready' END,
@@ -337,10 +492,14 @@ SET state = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
                        THEN clock_timestamp() END,
     worker_id = NULL, lease_until = NULL,
     last_error_code = r.code, last_error = r.last_error, errors = r.errors
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
-    job_id bigint, lease_token bigint, worker_id text, retry_at timestamptz, code text,
-    last_error text, errors jsonb
-)
+FROM (
+    SELECT job_id, lease_token, worker_id, code, last_error, errors,
+           COALESCE(retry_at, clock_timestamp() + make_interval(secs => retry_in)) AS retry_at
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS f(
+        job_id bigint, lease_token bigint, worker_id text, retry_at timestamptz,
+        retry_in double precision, code text, last_error text, errors jsonb
+    )
+) r
 WHERE j.id = r.job_id AND j.state = 'running' AND j.lease_token = r.lease_token
   AND CASE WHEN %(expired)s
            THEN j.lease_until < clock_timestamp()
@@ -434,3 +593,39 @@ WHERE j.id = locked.id
   AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
+
+-- name: error_search_state
+-- What the admin's search in error text needs (PostgreSQL only): whether the server has
+-- pg_trgm to install, whether this database has it, and whether the trigram index that
+-- error_search_index builds exists and is valid (an interrupted concurrent build is not).
+SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm') AS available,
+       EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS installed,
+       COALESCE((SELECT indisvalid FROM pg_index
+                 WHERE indexrelid = to_regclass('dbqueue_job_error_text')), false) AS indexed;
+
+-- name: error_search_ready
+-- Whether the admin's search reads error text: the trigram index exists and is valid. Cheap
+-- (one catalog row), unlike error_search_state's look at the server's available extensions.
+SELECT COALESCE((SELECT indisvalid FROM pg_index
+                 WHERE indexrelid = to_regclass('dbqueue_job_error_text')), false) AS indexed;
+
+-- name: error_search_recent
+-- The newest %(limit)s jobs, among the newest %(window)s with an error, whose last error
+-- upper-cased is LIKE %(pattern)s upper-cased (LIKE-escaped by the caller). Walks
+-- dbqueue_job_failed backwards and stops at the limit: a word found in many errors
+-- reads about %(limit)s rows.
+SELECT id FROM (
+    SELECT id, last_error FROM dbqueue_job WHERE last_error <> '' ORDER BY id DESC
+    LIMIT %(window)s
+) AS recent
+WHERE UPPER(last_error) LIKE UPPER(%(pattern)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: error_search_index
+-- The trigram index the admin's search in error text reads (PostgreSQL with pg_trgm only):
+-- the upper-cased last error of each job that has one, as the search's UPPER(...) LIKE
+-- compares it. Built CONCURRENTLY, so run it outside a transaction; a big table takes
+-- enqueues and claims all the while.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS dbqueue_job_error_text ON dbqueue_job
+USING gin (UPPER(last_error) gin_trgm_ops) WHERE last_error <> '';

@@ -1,27 +1,26 @@
 -- Named statements of the lease protocol for SQLite (local development).
 -- Every write runs inside BEGIN IMMEDIATE, so the one writer already holds the database
 -- lock when these run; %(now)s is then read from the host clock, which is the database's
--- clock for an embedded database. Structured parameters arrive as JSON text.
+-- clock for an embedded database. Structured parameters arrive as JSON text. Seconds are
+-- added with dbqueue_plus_seconds() (sql/sqlite_time.py): exact to the microsecond, where
+-- SQLite's own date functions round to the millisecond.
 
 -- name: insert_jobs
 -- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
 -- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
 -- matches an active job is skipped, never an error, so the caller's transaction stays
--- usable. strftime() rounds to the millisecond, so a job due now takes %(now)s as it is
--- (rounded up, it would not be due yet). (%(channel)s and %(notify)s are unused: SQLite has no NOTIFY.)
+-- usable. (%(channel)s and %(notify)s are unused: SQLite has no NOTIFY.)
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-    subject_id, backend, last_worker_id, last_error_code, last_error, errors
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
 )
 SELECT
     %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
     'ready', %(priority)s,
-    COALESCE(%(run_at)s, CASE WHEN %(delay)s > 0
-        THEN strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || %(delay)s || ' seconds')
-        ELSE %(now)s END),
+    COALESCE(%(run_at)s, dbqueue_plus_seconds(%(now)s, %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s, %(serial_key)s,
-    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'
+    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s
 FROM json_each(%(rows)s) AS item
 WHERE true
 ORDER BY item.key
@@ -62,11 +61,11 @@ SET state = 'running',
     lease_token = lease_token + 1,
     worker_id = %(worker_id)s,
     last_worker_id = %(worker_id)s,
-    lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds'),
+    lease_until = dbqueue_plus_seconds(%(now)s, lease_seconds),
     started_at = %(now)s
 WHERE id IN (SELECT id FROM chosen)
 RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
-          lease_seconds, queue, priority, run_at, backend;
+          lease_seconds, queue, priority, run_at, backend, meta;
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
@@ -78,11 +77,11 @@ SET state = 'running',
     lease_token = lease_token + 1,
     worker_id = %(worker_id)s,
     last_worker_id = %(worker_id)s,
-    lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds'),
+    lease_until = dbqueue_plus_seconds(%(now)s, lease_seconds),
     started_at = %(now)s
 WHERE id IN (SELECT value FROM json_each(%(job_ids)s)) AND state = 'ready'
 RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
-          lease_seconds, queue, priority, run_at, backend;
+          lease_seconds, queue, priority, run_at, backend, meta;
 
 -- name: next_due
 -- Seconds from %(now)s until the next ready job of %(queues)s (NULL: every queue) that is not
@@ -97,9 +96,10 @@ WHERE state = 'ready' AND run_at > %(now)s
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
 -- lease_seconds. Applies only to rows still running under that (worker_id, lease_token)
 -- with lease_until still ahead of the clock. Returns the ids still owned, each with
--- the time an operator asked it to stop (NULL: not asked).
+-- the time an operator asked it to stop (NULL: not asked). SQLite has no row locks (the
+-- write lock is the database's): nothing is skipped.
 UPDATE dbqueue_job
-SET lease_until = strftime('%%Y-%%m-%%d %%H:%%M:%%f', %(now)s, '+' || lease_seconds || ' seconds')
+SET lease_until = dbqueue_plus_seconds(%(now)s, lease_seconds)
 WHERE state = 'running' AND lease_until > %(now)s
   AND EXISTS (
       SELECT 1 FROM json_each(%(leases)s) AS l
@@ -107,12 +107,33 @@ WHERE state = 'running' AND lease_until > %(now)s
         AND json_extract(l.value, '$.lease_token') = dbqueue_job.lease_token
         AND json_extract(l.value, '$.worker_id') = dbqueue_job.worker_id
   )
-RETURNING id, cancel_requested_at;
+RETURNING id, cancel_requested_at, 0 AS skipped;
+
+-- name: set_progress
+-- Store each report in %(reports)s (JSON [{job_id, lease_token, worker_id, progress}],
+-- progress as JSON text) as its job's progress, with "at" set to the clock (ISO 8601,
+-- UTC). Applies only to rows still running under that (worker_id, lease_token) with
+-- lease_until still ahead of the clock. Returns the ids written; SQLite has no row locks
+-- (the write lock is the database's): nothing is skipped.
+WITH report AS (
+    SELECT json_extract(value, '$.job_id') AS job_id,
+           json_extract(value, '$.lease_token') AS lease_token,
+           json_extract(value, '$.worker_id') AS worker_id,
+           json_extract(value, '$.progress') AS progress
+    FROM json_each(%(reports)s)
+)
+UPDATE dbqueue_job
+SET progress = json_set(r.progress, '$.at', replace(%(now)s, ' ', 'T') || 'Z')
+FROM report AS r
+WHERE dbqueue_job.id = r.job_id
+  AND state = 'running' AND dbqueue_job.worker_id = r.worker_id
+  AND dbqueue_job.lease_token = r.lease_token AND lease_until > %(now)s
+RETURNING id, 0 AS skipped;
 
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
 -- as JSON text or null) succeeded with its result. Each row applies only while its lease
--- is the caller's and live. Returns the ids completed.
+-- is the caller's and live. Returns the ids completed; nothing is skipped (no row locks).
 WITH done AS (
     SELECT json_extract(value, '$.job_id') AS job_id,
            json_extract(value, '$.lease_token') AS lease_token,
@@ -127,7 +148,7 @@ FROM done AS d
 WHERE dbqueue_job.id = d.job_id
   AND state = 'running' AND dbqueue_job.worker_id = d.worker_id
   AND dbqueue_job.lease_token = d.lease_token AND lease_until > %(now)s
-RETURNING id;
+RETURNING id, 0 AS skipped;
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
@@ -140,16 +161,23 @@ WHERE id = %(job_id)s
   AND lease_until > %(now)s
 RETURNING id;
 
+-- name: database_now
+-- The clock now, in UTC: SQLite is embedded, so this host's clock is the database's.
+SELECT strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS now;
+
 -- name: lock_lease
 -- Return the job's error history if it is still running under (worker_id, lease_token).
--- The write lock is already held; the deadline is checked by record_failures.
-SELECT errors FROM dbqueue_job
+-- The write lock is already held; the deadline is checked by record_failures. The clock
+-- comes along, in UTC (%(now)s is local time when USE_TZ is off), to stamp the failure with.
+SELECT errors, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS clock FROM dbqueue_job
 WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s;
 
 -- name: lock_expired
--- Up to %(limit)s running jobs whose lease has run out, oldest deadline first.
-SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend
+-- Up to %(limit)s running jobs whose lease has run out, oldest deadline first, each with
+-- the clock (UTC) to stamp the expiry with.
+SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend,
+       strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS clock
 FROM dbqueue_job
 WHERE state = 'running' AND lease_until < %(now)s
 ORDER BY lease_until
@@ -157,14 +185,16 @@ LIMIT %(limit)s;
 
 -- name: record_failures
 -- Record a failed attempt for each row of %(rows)s (JSON [{job_id, lease_token, worker_id,
--- retry_at, code, last_error, errors}]): ready again at retry_at, or dead when retry_at is
--- null or the attempt budget is spent. With %(expired)s the lease must have run out (the
--- reaper); otherwise it must still be the caller's and live. Returns ids and new states.
+-- retry_at, retry_in, code, last_error, errors}]): ready again at retry_at, or retry_in
+-- seconds after %(now)s, or dead when both are null or the attempt budget is spent. With
+-- %(expired)s the lease must have run out (the reaper); otherwise it must still be the
+-- caller's and live. Returns ids and new states.
 WITH failure AS (
     SELECT json_extract(value, '$.job_id') AS job_id,
            json_extract(value, '$.lease_token') AS lease_token,
            json_extract(value, '$.worker_id') AS worker_id,
-           json_extract(value, '$.retry_at') AS retry_at,
+           COALESCE(dbqueue_plus_seconds(%(now)s, json_extract(value, '$.retry_in')),
+                    json_extract(value, '$.retry_at')) AS retry_at,
            json_extract(value, '$.code') AS code,
            json_extract(value, '$.last_error') AS last_error,
            json_extract(value, '$.errors') AS errors

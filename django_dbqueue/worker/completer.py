@@ -1,6 +1,6 @@
 """Batched completions: job successes written many to a statement, off the job threads.
 
-A job thread hands its success over (``hand_over``) and is free for the next
+A job thread hands its success over (``succeeded``) and is free for the next
 job at once. The completer writes everything that queued up while it wrote
 the previous batch (up to ``MAX_BATCH`` results, and ``MAX_BATCH_BYTES`` of
 them) with one ``complete`` statement, in which every row keeps its own
@@ -39,17 +39,10 @@ from typing import NamedTuple
 from django_dbqueue import leases
 from django_dbqueue.context import JobContext
 from django_dbqueue.errors import refused_result
-from django_dbqueue.worker.connections import (
-    WRITE_RETRY,
-    Survival,
-    applied,
-    log_unrecorded,
-    recover,
-    worth_retrying,
-    write_here,
-)
+from django_dbqueue.logfields import job_fields, jobs_fields
+from django_dbqueue.worker.connections import Survival, applied, recover
 from django_dbqueue.worker.faults import Fault, classify
-from django_dbqueue.worker.reporter import Outcome
+from django_dbqueue.worker.outcome import WRITE_RETRY, Outcome, log_unrecorded, worth_retrying
 from django_dbqueue.worker.session import worker_session
 
 log = logging.getLogger(__name__)
@@ -108,6 +101,7 @@ def _failed_instead(context: JobContext, refusal: Exception) -> Outcome:
         context.job_id,
         info.code,
         refusal,
+        extra=job_fields(context.lease),
     )
     try:
         applied = leases.fail(context.lease, info, None)
@@ -118,12 +112,60 @@ def _failed_instead(context: JobContext, refusal: Exception) -> Outcome:
     return Outcome.DEAD if applied else Outcome.LEASE_LOST
 
 
+class _LockedRows:
+    """Successes whose row another transaction held locked: tried again, never awaited.
+
+    Each is tried again every ``leases.LOCKED_RETRY`` seconds with the next
+    batch, so a row locked for long holds back neither the batch it was in
+    nor the ones after it. One still locked once its lease may have run out
+    (``give_up_at``) is reported ``UNRECORDED``: the lease is lost by then,
+    and the reaper recovers the job once the lock is gone.
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[_Pending] = []
+        self._next_try = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self._rows)
+
+    def due(self) -> list[_Pending]:
+        """The rows to try again now (taken out), or none before their pause is over."""
+        if not self._rows or time.monotonic() < self._next_try:
+            return []
+        rows, self._rows = self._rows, []
+        return rows
+
+    def retry_later(self, pending: _Pending) -> list[tuple[_Pending, Outcome]]:
+        """Keep ``pending`` for a later try; or, past its ``give_up_at``, its outcome to report."""
+        now = time.monotonic()
+        if now >= pending.give_up_at:
+            log.warning(
+                "job id=%s outcome=succeeded not recorded: its row stayed locked by another "
+                "transaction for the lease's length",
+                pending.context.job_id,
+                extra={**job_fields(pending.context.lease), "outcome": Outcome.UNRECORDED.value},
+            )
+            return [(pending, Outcome.UNRECORDED)]
+        log.debug(
+            "job id=%s row locked by another transaction; writing its success later",
+            pending.context.job_id,
+            extra=job_fields(pending.context.lease),
+        )
+        self._rows.append(pending)
+        self._next_try = now + leases.LOCKED_RETRY
+        return []
+
+
 class WriteNotTaken(TimeoutError):
     """The completer did not take a write in time: the outcome is not written."""
 
 
 class Completer(threading.Thread):
-    """Background writer of job successes until ``stop`` is set and nothing is pending."""
+    """The worker's ``outcome.OutcomeWriter``: background writer of job successes, in
+    batches, and of the job threads' other outcomes, until ``stop`` is set and nothing is
+    pending. ``written`` hears each batch of successes' outcomes (``OutcomeReporter.written``).
+    """
 
     def __init__(self, stop: threading.Event, written: Written) -> None:
         super().__init__(name="dbqueue-completer", daemon=True)
@@ -139,8 +181,8 @@ class Completer(threading.Thread):
         with self._lock:
             return self._backlog
 
-    def hand_over(self, context: JobContext, result: object, started: float) -> None:
-        """Queue a success for writing; ``written`` hears its outcome later.
+    def succeeded(self, context: JobContext, result: object, started: float) -> Outcome:
+        """Queue a success for writing: ``HANDED_OVER``; ``written`` hears its outcome later.
 
         Raises ``UnstorableResult`` at once, queueing nothing, when the
         result cannot be stored (``leases.encode_result``).
@@ -150,11 +192,12 @@ class Completer(threading.Thread):
         with self._lock:
             self._backlog += 1
         self._inbox.put(_Pending(context, encoded, started, give_up_at))
+        return Outcome.HANDED_OVER
 
     def write(self, transition: Callable[[], bool], give_up_at: float) -> bool:
         """Apply ``transition`` (one outcome's write) on the completer's connection; its result.
 
-        For job threads (``execute``'s ``write``): the write is queued with the
+        For job threads (``OutcomeWriter.write``, from ``execute``): the write is queued with the
         successes, taken before them, and this thread waits for it. It raises
         what the write raised, once the completer's connection recovered from
         it (``applied``), or ``WriteNotTaken`` when the completer had not
@@ -170,7 +213,7 @@ class Completer(threading.Thread):
             except NotYet:
                 pass
             if not self.is_alive() and pending.done.cancel():
-                return write_here(transition, give_up_at)
+                return applied(transition)
             if time.monotonic() >= give_up_at and pending.done.cancel():
                 raise WriteNotTaken(
                     "the completer did not take this outcome's write within the lease"
@@ -182,15 +225,18 @@ class Completer(threading.Thread):
             # Successes taken from the inbox and not written yet, in order: a batch's
             # retries after a transient failure, then what its byte cap left over.
             waiting: list[_Pending] = []
+            locked = _LockedRows()
             failures = 0
-            while not (self.stop.is_set() and self._inbox.empty() and not waiting):
-                gathered = self._gather(MAX_BATCH - len(waiting), wait=not waiting)
-                batch, waiting = within_bytes([*waiting, *self._written_first(gathered)])
+            while not (self.stop.is_set() and self._inbox.empty() and not waiting and not locked):
+                due = locked.due()
+                room = MAX_BATCH - len(waiting) - len(due)
+                gathered = self._gather(room, wait=not (waiting or due))
+                batch, waiting = within_bytes([*due, *waiting, *self._written_first(gathered)])
                 if not batch:
                     continue
                 outcomes: list[tuple[_Pending, Outcome]] = []
                 try:
-                    completed = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
+                    completion = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
                 except Exception as exc:  # noqa: BLE001 - classified: retried, or written row by row.
                     fault = classify(exc)
                     if fault.transient:
@@ -199,13 +245,17 @@ class Completer(threading.Thread):
                         waiting = kept + waiting
                         continue
                     recover(fault)
-                    batch, completed = self._write_one_by_one(batch, exc, outcomes)
+                    batch, completion = self._write_one_by_one(batch, exc, outcomes)
                 if failures:
                     survival.succeeded()
                 failures = 0
                 for pending in batch:
-                    applied = pending.context.job_id in completed
-                    outcomes.append((pending, Outcome.SUCCEEDED if applied else Outcome.LEASE_LOST))
+                    if pending.context.job_id in completion.skipped:
+                        outcomes.extend(locked.retry_later(pending))
+                    elif pending.context.job_id in completion.completed:
+                        outcomes.append((pending, Outcome.SUCCEEDED))
+                    else:
+                        outcomes.append((pending, Outcome.LEASE_LOST))
                 self._report(outcomes)
 
     def _gather(self, room: int, *, wait: bool) -> list[_Pending | _Write]:
@@ -259,22 +309,23 @@ class Completer(threading.Thread):
 
     def _write_one_by_one(
         self, batch: list[_Pending], exc: Exception, outcomes: list[tuple[_Pending, Outcome]]
-    ) -> tuple[list[_Pending], set[int]]:
+    ) -> tuple[list[_Pending], leases.Completion]:
         """After the database refused a batch: write each row alone, so one bad row fails alone.
 
         A row refused again for good (``Fault.REFUSED``) is written as a
         failure instead (``_failed_instead``); one that fails otherwise is
         ``UNRECORDED`` (its lease runs out and the reaper recovers the job).
-        Both go to ``outcomes``; returns the rest and the ids completed.
+        Both go to ``outcomes``; returns the rest and what their writes did.
         """
         log.warning(
             "a batch of %s job successes was refused, writing each alone: %s", len(batch), exc
         )
         written: list[_Pending] = []
         completed: set[int] = set()
+        skipped: set[int] = set()
         for pending in batch:
             try:
-                completed |= leases.complete_many([(pending.context.lease, pending.encoded)])
+                completion = leases.complete_many([(pending.context.lease, pending.encoded)])
             except Exception as row_exc:  # noqa: BLE001 - this row alone fails; it is settled below.
                 fault = classify(row_exc)
                 recover(fault)
@@ -285,7 +336,9 @@ class Completer(threading.Thread):
                     outcomes.append((pending, Outcome.UNRECORDED))
             else:
                 written.append(pending)
-        return written, completed
+                completed |= completion.completed
+                skipped |= completion.skipped
+        return written, leases.Completion(completed=completed, skipped=skipped)
 
     def _report(self, outcomes: list[tuple[_Pending, Outcome]]) -> None:
         """Tell ``written`` these outcomes in one call; whatever it raises is logged."""
@@ -302,4 +355,5 @@ class Completer(threading.Thread):
                 "%s job outcomes not reported, job ids %s",
                 len(outcomes),
                 ",".join(str(pending.context.job_id) for pending, _ in outcomes),
+                extra=jobs_fields(pending.context.job_id for pending, _ in outcomes),
             )

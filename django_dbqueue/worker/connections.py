@@ -1,30 +1,22 @@
-"""Database connection hygiene for the worker's threads, how their loops survive, and how
-a job's outcome is written and how long that is retried while the database is unreachable."""
+"""Database connection hygiene for the worker's threads, how their loops survive
+(``Survival``, ``repeat``), and one outcome write on a thread's own connection (``applied``).
+
+How long an outcome's write is retried is ``outcome``'s policy (``WRITE_RETRY``)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
 
 from django_dbqueue import conf
-from django_dbqueue.context import JobContext
 from django_dbqueue.retry import Backoff
 from django_dbqueue.worker import session
 from django_dbqueue.worker.faults import Fault, classify
 
-if TYPE_CHECKING:
-    # For annotations only: the reporter closes its connections with this module's help.
-    from django_dbqueue.worker.reporter import Outcome
-
 log = logging.getLogger(__name__)
-
-#: Pauses between tries to write an outcome while the database is unreachable.
-WRITE_RETRY = Backoff(base=0.2, factor=2, cap=5)
 
 
 def close_queue_connection() -> None:
@@ -56,6 +48,32 @@ def close_old_connections() -> None:
             log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
 
 
+#: Whether this process said (at INFO) that the database closes its idle connections.
+_idle_closing_said = False
+_idle_closing_lock = threading.Lock()
+
+
+def reconnect_quietly(what: str, exc: BaseException) -> None:
+    """Drop this thread's connection the server closed for sitting idle (``Fault.IDLE_CLOSED``).
+
+    Nothing is wrong: the next statement reconnects. The first time in a
+    process this is said once at INFO, every later time at DEBUG, so a
+    database with ``idle_session_timeout`` (or MySQL's ``wait_timeout``) set
+    below the worker's pauses gives one line, not a warning per pause.
+    """
+    global _idle_closing_said
+    with _idle_closing_lock:
+        first, _idle_closing_said = not _idle_closing_said, True
+    log.log(
+        logging.INFO if first else logging.DEBUG,
+        "%s: the database closed an idle connection (%s); reconnecting%s",
+        what,
+        exc,
+        ", quietly from now on" if first else "",
+    )
+    recover(Fault.IDLE_CLOSED)
+
+
 class Survival:
     """How one worker loop lives through any failure: log it once, drop what broke, pause.
 
@@ -65,7 +83,9 @@ class Survival:
     of the streak is logged at INFO. What the fault calls for is done before
     the pause (``recover``). Pauses grow from half a second to five
     (jittered), so an outage costs neither a busy loop nor a long wait once
-    it is over.
+    it is over. A connection the server closed for sitting idle is no failure:
+    it is reconnected at once, quietly (``reconnect_quietly``), unless the
+    very next try meets the same, which then counts as one.
     """
 
     policy = Backoff(base=0.5, factor=2, cap=5)
@@ -74,10 +94,15 @@ class Survival:
         self.loop = loop
         self.failures = 0
         self.fault: Fault | None = None
+        self.reconnected = False
 
     def failed(self, exc: BaseException, cap: float | None = None) -> float:
         """Note the failure and return the pause (at most ``cap`` seconds) before trying again."""
         fault = classify(exc)
+        if fault is Fault.IDLE_CLOSED and not self.reconnected:
+            self.reconnected = True
+            reconnect_quietly(self.loop, exc)
+            return 0.0
         self.failures += 1
         if fault is not self.fault:
             log.log(
@@ -99,6 +124,7 @@ class Survival:
         return pause if cap is None else min(pause, cap)
 
     def succeeded(self) -> None:
+        self.reconnected = False
         if self.failures:
             log.info(
                 "%s recovered after %s failures (%s)",
@@ -157,32 +183,3 @@ def applied(transition: Callable[[], bool]) -> bool:
     except Exception as exc:
         recover(classify(exc))
         raise
-
-
-def write_here(transition: Callable[[], bool], give_up_at: float) -> bool:
-    """Write an outcome on the calling thread's own connection, in one try (``applied``).
-
-    The try takes as long as the database takes, whatever ``give_up_at`` says.
-    """
-    return applied(transition)
-
-
-def worth_retrying(context: JobContext, give_up_at: float, pause: float) -> bool:
-    """Whether a failed outcome write should be tried again after ``pause`` seconds.
-
-    Writes are retried until ``give_up_at`` (monotonic; one lease length after
-    the first try), and not once the lease is known to be lost.
-    """
-    return not context.lease_lost.is_set() and time.monotonic() + pause <= give_up_at
-
-
-def log_unrecorded(context: JobContext, outcome: Outcome, exc: Exception) -> None:
-    """Log, with its traceback, an outcome given up on: the reaper recovers the job."""
-    log.error(
-        "job id=%s outcome=%s could not be written (%s), leaving it to the reaper: %s",
-        context.job_id,
-        outcome.value,
-        classify(exc).label,
-        exc,
-        exc_info=exc,
-    )

@@ -7,6 +7,7 @@ into Prometheus samples when the ``prometheus`` extra is installed.
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,12 +21,23 @@ COUNTERS = (
     "cancelled",
     "lease_lost",
     "unrecorded",
-    "renew_failures",
+    "leases_lost",
 )
 #: Upper bounds (seconds) for one batched claim: a claim is one short statement.
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: Upper bounds (seconds) for one job run, task code and outcome write included.
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Upper bounds (seconds) for a job's wait from due (``run_at``) to claimed.
+WAIT_BUCKETS = (
+    *(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    *(300.0, 900.0, 1800.0, 3600.0, 7200.0),
+)
+#: Distinct task names one worker labels its per-task histograms with; the jobs of tasks
+#: seen after that many share the label ``OTHER_TASKS``, so the series stay bounded.
+MAX_TASK_LABELS = 100
+#: The task label of the tasks past ``MAX_TASK_LABELS`` (a task name is an import path,
+#: never this word).
+OTHER_TASKS = "other"
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,45 @@ class Histogram:
         return HistogramSnapshot(self.buckets, tuple(cumulative), total, sum(counts))
 
 
+class TaskHistograms:
+    """One ``Histogram`` per task name: at most ``max_labels`` names, then ``OTHER_TASKS``.
+
+    The first ``max_labels`` distinct tasks observed keep their own histogram
+    for the life of the process; every later task's observations go to the
+    one labelled ``OTHER_TASKS``. ``observe_all`` is thread-safe.
+    """
+
+    def __init__(self, buckets: tuple[float, ...], max_labels: int = MAX_TASK_LABELS) -> None:
+        Histogram(buckets)  # refuses bad buckets now, not at the first observation
+        self.buckets = buckets
+        self.max_labels = max_labels
+        self._by_task: dict[str, Histogram] = {}
+        self._lock = threading.Lock()
+
+    def observe_all(self, observations: Iterable[tuple[str, float]]) -> None:
+        """Count each ``(task, seconds)``; a batch takes each task's histogram once."""
+        by_task: dict[str, list[float]] = collections.defaultdict(list)
+        for task, seconds in observations:
+            by_task[task].append(seconds)
+        for task, durations in by_task.items():
+            self._histogram(task).observe_all(durations)
+
+    def _histogram(self, task: str) -> Histogram:
+        with self._lock:
+            histogram = self._by_task.get(task)
+            if histogram is None:
+                label = task if len(self._by_task) < self.max_labels else OTHER_TASKS
+                histogram = self._by_task.get(label) or Histogram(self.buckets)
+                self._by_task[label] = histogram
+            return histogram
+
+    def snapshot(self) -> dict[str, HistogramSnapshot]:
+        """Each task label's histogram now, ``OTHER_TASKS`` included once it was used."""
+        with self._lock:
+            histograms = dict(self._by_task)
+        return {task: histogram.snapshot() for task, histogram in sorted(histograms.items())}
+
+
 @dataclass
 class WorkerCounters:
     """What this process did since it started. Increments and observations are thread-safe.
@@ -85,11 +136,13 @@ class WorkerCounters:
     ``lease_lost`` counts attempts whose outcome the database refused
     because the lease was gone; ``unrecorded`` counts outcomes that could not
     be written at all (database unreachable until the lease ran out: the
-    reaper recovers those jobs); ``renew_failures`` counts leases the
-    heartbeat found lost (taken by another worker or the reaper; a job whose
+    reaper recovers those jobs); ``leases_lost`` counts leases the
+    heartbeat found taken (by another worker or the reaper; a job whose
     own outcome was written meanwhile is not counted). ``claim_duration``
     times each successful batched claim; ``run_duration`` times each job from
-    start to recorded outcome.
+    start to recorded outcome, and ``run_duration_by_task`` the same per task;
+    ``queue_wait_by_task`` times, per task, each claimed job's wait from its
+    ``run_at`` to its claim (both by the database clock).
     """
 
     claimed: int = 0
@@ -99,12 +152,20 @@ class WorkerCounters:
     cancelled: int = 0
     lease_lost: int = 0
     unrecorded: int = 0
-    renew_failures: int = 0
+    leases_lost: int = 0
     claim_duration: Histogram = field(
         default_factory=lambda: Histogram(CLAIM_BUCKETS), repr=False, compare=False
     )
     run_duration: Histogram = field(
         default_factory=lambda: Histogram(RUN_BUCKETS), repr=False, compare=False
+    )
+    #: Per task: seconds from a job's ``run_at`` to the claim that started its attempt.
+    queue_wait_by_task: TaskHistograms = field(
+        default_factory=lambda: TaskHistograms(WAIT_BUCKETS), repr=False, compare=False
+    )
+    #: Per task: what ``run_duration`` times.
+    run_duration_by_task: TaskHistograms = field(
+        default_factory=lambda: TaskHistograms(RUN_BUCKETS), repr=False, compare=False
     )
     #: The watchdog's latest reading: each watched thread's name and whether it is alive.
     threads_alive: dict[str, bool] = field(default_factory=dict, compare=False)

@@ -26,14 +26,20 @@ class Fault(enum.Enum):
 
     #: The connection broke (server gone, network cut, backend terminated).
     CONNECTION_LOST = ("connection lost", True, True, False)
+    #: The server closed the connection for sitting idle (PostgreSQL ``idle_session_timeout``,
+    #: MySQL's ``wait_timeout``): nothing is wrong, the next statement reconnects.
+    IDLE_CLOSED = ("idle connection closed", True, True, False)
     #: The server is shutting down, starting, recovering or out of resources.
     SERVER_UNAVAILABLE = ("server unavailable", True, True, False)
     #: The database accepts no writes: a demoted primary during failover, a read-only switch.
     READ_ONLY = ("database read-only", True, True, False)
-    #: A serialization failure, deadlock or lock timeout: another transaction won this time.
+    #: A serialization failure, deadlock, lock timeout or a row lock ``NOWAIT`` found taken:
+    #: another transaction won this time.
     CONFLICT = ("transaction conflict", True, False, False)
-    #: The statement ran past ``statement_timeout`` (or was cancelled).
+    #: The statement ran past ``statement_timeout`` (MySQL: ``max_execution_time``).
     TIMEOUT = ("statement timeout", True, False, False)
+    #: Someone cancelled the statement (``pg_cancel_backend``, MySQL's ``KILL QUERY``).
+    CANCELLED = ("statement cancelled", True, False, False)
     #: A prepared statement vanished (a pooler switched server connections, DEALLOCATE).
     STATEMENT_GONE = ("prepared statement gone", True, True, True)
     #: Any other database error: the database refused this statement or its data.
@@ -54,12 +60,20 @@ class Fault(enum.Enum):
 @dataclass(frozen=True)
 class Rule:
     """Errors that mean ``fault``: SQLSTATE codes or two-letter classes, MySQL error
-    numbers, or words of a SQLite message."""
+    numbers, or words of a SQLite message. With ``message_words``, a code matches only
+    when the message holds one of them (PostgreSQL's 57014 is a timeout or a cancel;
+    only the message tells, in the server's ``lc_messages`` language: English by default).
+    """
 
     fault: Fault
     sqlstates: tuple[str, ...] = ()
     mysql_codes: tuple[int, ...] = ()
     sqlite_words: tuple[str, ...] = ()
+    message_words: tuple[str, ...] = ()
+
+    def says(self, message: str) -> bool:
+        """Whether ``message`` (lower case) holds one of ``message_words``, if any are required."""
+        return not self.message_words or any(word in message for word in self.message_words)
 
 
 #: The table, most specific first. PostgreSQL codes: Appendix A of its manual;
@@ -67,9 +81,11 @@ class Rule:
 RULES = (
     Rule(Fault.READ_ONLY, ("25006",), (1290, 1792, 1836), ("readonly",)),
     Rule(Fault.STATEMENT_GONE, ("26000", "42P05"), (1243,)),
-    Rule(Fault.CONFLICT, ("40001", "40P01", "55P03"), (1205, 1213), ("locked", "busy")),
-    Rule(Fault.TIMEOUT, ("57014",), (1317, 1969, 3024)),
-    Rule(Fault.SERVER_UNAVAILABLE, ("57P01", "57P02", "57P03", "57P05", "53"), (1040, 1053)),
+    Rule(Fault.CONFLICT, ("40001", "40P01", "55P03"), (1205, 1213, 3572), ("locked", "busy")),
+    Rule(Fault.CANCELLED, ("57014",), (1317,), message_words=("user request", "interrupted")),
+    Rule(Fault.TIMEOUT, ("57014",), (1969, 3024)),
+    Rule(Fault.IDLE_CLOSED, ("57P05",), (4031,)),
+    Rule(Fault.SERVER_UNAVAILABLE, ("57P01", "57P02", "57P03", "53"), (1040, 1053)),
     Rule(Fault.CONNECTION_LOST, ("08",), (2002, 2003, 2006, 2013, 2055), ("disk i/o",)),
 )
 
@@ -86,9 +102,9 @@ def classify(exc: BaseException) -> Fault:
     sqlite = any(type(cause).__module__ == "sqlite3" for cause in causes)
     message = str(exc).lower()
     for rule in RULES:
-        if sqlstate is not None and sqlstate.startswith(rule.sqlstates or ("-",)):
-            return rule.fault
-        if code is not None and code in rule.mysql_codes:
+        by_sqlstate = sqlstate is not None and sqlstate.startswith(rule.sqlstates or ("-",))
+        by_code = code is not None and code in rule.mysql_codes
+        if (by_sqlstate or by_code) and rule.says(message):
             return rule.fault
         if sqlite and any(word in message for word in rule.sqlite_words):
             return rule.fault

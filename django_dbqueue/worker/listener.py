@@ -6,7 +6,9 @@ most. The ``LISTEN`` connection uses ``LISTEN_DATABASE`` when set. Behind a
 transaction-mode pool (``POOLER``) without it, a ``LISTEN`` would hear
 nothing, so the worker does not listen, says once that it polls, and relies
 on polling and in-process commits. Whenever it listens, it probes its channel
-(``worker.probe``) and says once if its wake-ups do not arrive.
+(``worker.probe``) and says once if its wake-ups do not arrive. The ``LISTEN``
+session is exempt from ``idle_session_timeout`` (sql ``listen_session``): it is
+idle by design.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_dbqueue import conf, signals
+from django_dbqueue import conf, signals, sql
 from django_dbqueue.worker.connections import Survival
 from django_dbqueue.worker.probe import Probe
 
@@ -95,13 +97,14 @@ class Listener(threading.Thread):
     def _listen(self, survival: Survival) -> None:
         """LISTEN until ``stop``; raises ``psycopg.Error`` when the connection fails."""
         import psycopg
-        from psycopg import sql
+        from psycopg import sql as psql
 
         cfg = conf.get()
         params = connections[self.alias].get_connection_params()
-        channel = sql.Identifier(cfg.notify_channel)
+        channel = psql.Identifier(cfg.notify_channel)
         with psycopg.connect(**params, autocommit=True) as listening:
-            listening.execute(sql.SQL("LISTEN {}").format(channel))
+            listening.execute(sql.statements("postgresql")["listen_session"])
+            listening.execute(psql.SQL("LISTEN {}").format(channel))
             self.probe.send()
             survival.succeeded()
             self.wake.set()  # Jobs committed while nobody listened: look now.

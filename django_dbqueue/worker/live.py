@@ -13,10 +13,12 @@ from django_dbqueue.leases import Lease
 
 
 class LiveJob(NamedTuple):
-    """A running attempt: its context and the monotonic time its ``timeout`` ends."""
+    """A running attempt: its context, the monotonic time its ``timeout`` ends, and when
+    it was added (``time.monotonic``, just after its claim)."""
 
     context: JobContext
     deadline: float | None
+    added: float
 
     @property
     def lease(self) -> Lease:
@@ -27,10 +29,14 @@ class LiveJobs:
     """Thread-safe registry of running attempts, by job id.
 
     Jobs come and go in batches (a claim's, a completer write's): one lock per batch.
+    A job's slot ``start``s it before any of its code (task or ``job_started``
+    receiver) runs; shutdown ``withdraw``s every job at once, learning which
+    ones started, and a job withdrawn before it started never starts.
     """
 
     def __init__(self) -> None:
         self._jobs: dict[int, LiveJob] = {}
+        self._started: set[int] = set()
         self._lock = threading.Lock()
         #: Set when a job is added whose lease is shorter than the heartbeat plans
         #: for (``wait_for_shorter_lease``), so the heartbeat can shorten its wait.
@@ -45,7 +51,7 @@ class LiveJobs:
         """Register running attempts, each with its task's ``timeout`` (seconds, or ``None``)."""
         now = time.monotonic()
         added = {
-            context.job_id: LiveJob(context, None if timeout is None else now + timeout)
+            context.job_id: LiveJob(context, None if timeout is None else now + timeout, now)
             for context, timeout in jobs
         }
         shortest = min((job.lease.lease_seconds for job in added.values()), default=math.inf)
@@ -66,10 +72,30 @@ class LiveJobs:
         self.added.wait(timeout)
         self.added.clear()
 
+    def start(self, job_id: int) -> bool:
+        """Mark the job's code as started; ``False`` (and nothing marked) once it was withdrawn."""
+        with self._lock:
+            if job_id not in self._jobs:
+                return False
+            self._started.add(job_id)
+            return True
+
+    def withdraw(self) -> list[tuple[LiveJob, bool]]:
+        """Remove every job; each with whether its code had started.
+
+        Atomic with ``start``: a job reported not started here never starts.
+        """
+        with self._lock:
+            withdrawn = [(job, job_id in self._started) for job_id, job in self._jobs.items()]
+            self._jobs.clear()
+            self._started.clear()
+        return withdrawn
+
     def remove(self, job_ids: Iterable[int]) -> None:
         with self._lock:
             for job_id in job_ids:
                 self._jobs.pop(job_id, None)
+                self._started.discard(job_id)
 
     def all(self) -> list[LiveJob]:
         with self._lock:

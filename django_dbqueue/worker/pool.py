@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from django.db import connections
 
 from django_dbqueue.context import JobContext
+from django_dbqueue.logfields import job_fields
+from django_dbqueue.worker import leftovers
 from django_dbqueue.worker.connections import close_old_connections
 from django_dbqueue.worker.execute import Resolved
 
@@ -27,7 +29,10 @@ class JobPool:
 
     A slot never dies of a job: whatever escapes ``run``, ``BaseException``
     included, is logged and the slot takes the next job. ``running()`` tells
-    which job each busy slot is on. After each job a slot closes what
+    which job each busy slot is on. Task code left nothing behind by then
+    (``execute`` runs it in ``leftovers.guarded``: no open transaction, a kept
+    connection's session reset); any transaction still open after the job
+    (a signal receiver's) is rolled back (``_tidy``). Then the slot closes what
     ``CONN_MAX_AGE`` calls old (``close_old_connections``: with the default 0,
     whatever the job opened); in the worker, whose completer writes the
     outcomes, a slot so holds a connection only while task code (or a signal
@@ -43,7 +48,7 @@ class JobPool:
         freed: Callable[[int], None],
     ) -> None:
         self.size = size
-        self._run = run
+        self.run = run
         self._freed = freed
         self._inbox: queue.SimpleQueue[tuple[JobContext, Resolved] | None] = queue.SimpleQueue()
         self._busy = 0
@@ -88,6 +93,24 @@ class JobPool:
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    @staticmethod
+    def _tidy(context: JobContext) -> None:
+        """The slot's own last word on the job's connections, before its next job.
+
+        Task code's leftovers are undone already (``leftovers.guarded``); a
+        transaction still open now was left by a signal receiver or by the
+        outcome's write itself: it is rolled back all the same, so no slot is
+        ever left on a broken or half-done connection.
+        """
+        if left_open := leftovers.tidy({}, set()):
+            log.warning(
+                "job id=%s: a transaction was left open outside task code on %s; rolled back",
+                context.job_id,
+                ", ".join(left_open),
+                extra=job_fields(context.lease),
+            )
+        close_old_connections()
+
     def _serve(self, slot: int) -> None:
         try:
             while (item := self._inbox.get()) is not None:
@@ -95,18 +118,21 @@ class JobPool:
                 with self._lock:
                     self._running[slot] = context
                 try:
-                    self._run(context, task)
+                    self.run(context, task)
                 # The slot's survival guard: nothing a job does may end the slot.
                 except BaseException:
                     log.exception(
-                        "job slot %s: unexpected error on job id=%s", slot, context.job_id
+                        "job slot %s: unexpected error on job id=%s",
+                        slot,
+                        context.job_id,
+                        extra=job_fields(context.lease),
                     )
                 finally:
                     with self._lock:
                         self._running.pop(slot, None)
                         self._busy -= 1
                         free = self.size - self._busy
-                    close_old_connections()
+                    self._tidy(context)
                     self._freed(free)
         finally:
             connections.close_all()

@@ -2,9 +2,11 @@
 
 The supervisor forks each child from its own clean state (no threads, no open
 database connections), so a child starts as a fresh ``runworkers`` would. It
-forwards SIGTERM and SIGINT to every child once (children run in their own
+forwards SIGTERM and SIGINT to every child (children run in their own
 process group, so a terminal's Ctrl-C reaches them only through it), then
-waits for them to drain and exit. A child that exits non-zero or dies of a
+waits for them to drain and exit. SIGHUP and SIGQUIT are forwarded and drain
+the same way; SIGUSR1 is forwarded as it comes (each process logs its status)
+and stops nothing (``os_signals``). A child that exits non-zero or dies of a
 signal while the supervisor is not stopping is restarted after a jittered,
 capped backoff; one that ended ``RESTART_LIMIT`` times in a row without
 living ``STABLE_SECONDS`` makes the supervisor give up: it stops the others
@@ -29,6 +31,7 @@ from types import FrameType
 from django.db import connections
 
 from django_dbqueue.retry import Backoff
+from django_dbqueue.worker import os_signals
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,6 @@ RESTART_LIMIT = 5
 STABLE_SECONDS = 60.0
 #: How often the supervisor looks for exited children and due restarts.
 TICK = 0.05
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: prctl(2) option: the signal a Linux process receives when its parent dies.
 PR_SET_PDEATHSIG = 1
 
@@ -91,7 +93,7 @@ class ProcessSupervisor:
         self.gave_up = False
 
     def run(self) -> int:
-        previous = {sig: signal.signal(sig, self._forward) for sig in STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, self._forward) for sig in os_signals.FORWARDED}
         try:
             for child in self.children:
                 self._start(child)
@@ -106,11 +108,17 @@ class ProcessSupervisor:
         return 1 if failed else 0
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
-        if not self.stopping:
-            log.info("supervisor signal=%s forwarded to the worker processes", signum)
-        self.stopping = True
+        """Pass the signal to every worker process; a ``DRAIN`` one also ends restarts."""
+        name = signal.Signals(signum).name
+        if signum in os_signals.STATUS:
+            log.info("supervisor signal=%s forwarded to the worker processes", name)
+        else:
+            if not self.stopping:
+                log.info("supervisor signal=%s forwarded to the worker processes", name)
+            self.stopping = True
+            for child in self.children:
+                child.restart_at = None
         for child in self.children:
-            child.restart_at = None
             if child.pid is not None:
                 os.kill(child.pid, signum)
 
@@ -121,8 +129,10 @@ class ProcessSupervisor:
         if pid == 0:  # the child: run one worker, never return into the supervisor
             code = 1
             try:
-                for sig in STOP_SIGNALS:
+                for sig in os_signals.DRAIN:
                     signal.signal(sig, signal.SIG_DFL)
+                for sig in os_signals.STATUS:  # until its worker runs: not worth dying of
+                    signal.signal(sig, signal.SIG_IGN)
                 os.setpgrp()
                 drain_when_orphaned(supervisor)
                 code = self.run_child(child.index)

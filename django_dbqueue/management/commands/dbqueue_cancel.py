@@ -29,7 +29,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, dry_run: bool, **options: Any) -> None:
         selector = selector_from(options)
         jobs = selector.jobs(since_field="created_at")
-        require_match(selector, jobs, jobs.active(), "ready or running")
+        require_match(selector, jobs, [jobs.ready(), jobs.running()], "ready or running")
         if dry_run:
             # Counted, not run and rolled back: cancel() and request_cancel() take every ready
             # and running job selected, and a rolled-back run would hold the running jobs'

@@ -40,7 +40,7 @@ class Command(BaseCommand):
         selector = selector_from(options)
         jobs = selector.jobs(since_field="finished_at")
         dead = jobs.dead()
-        require_match(selector, jobs, dead, "dead")
+        require_match(selector, jobs, [dead], "dead")
         requeued, duplicates = 0, []
         with triage.rolled_back_if(dry_run):
             for ids in triage.id_batches(dead, triage.BATCH):

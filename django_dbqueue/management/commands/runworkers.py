@@ -16,7 +16,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_dbqueue import conf
+from django_dbqueue import conf, jsontext
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.management.options import (
     CONCURRENCY,
@@ -29,8 +29,8 @@ from django_dbqueue.management.options import (
 )
 from django_dbqueue.validation import check_queue
 from django_dbqueue.worker.processes import ProcessSupervisor
-from django_dbqueue.worker.supervisor import Worker, WorkerOptions
 from django_dbqueue.worker.watchdog import WorkerBroken
+from django_dbqueue.worker.worker import Worker, WorkerOptions
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO}
 #: The width of the job's ``worker_id`` column (``Job.worker_id``).
@@ -141,6 +141,12 @@ class Command(BaseCommand):
                 f"--worker-id must be 1-{limit} characters (the width of the job's "
                 f"worker_id column, less any -p<N> suffix of --processes), not "
                 f"{len(worker_id)}. Pass a shorter name."
+            )
+        if worker_id is not None and (problem := jsontext.unstorable(worker_id)):
+            # Caught here, not at the first claim, which would fail and retry for ever.
+            raise CommandError(
+                f"--worker-id {worker_id!r} holds {problem}. Pass a name of plain text (a "
+                "shell argument with bytes that are not UTF-8 gives one)."
             )
         if options["metrics_port"] is not None:
             check_metrics_available()

@@ -1,11 +1,14 @@
-"""One ``runworkers`` process: claimer, job pool, completer, reporter, heartbeat, listener, reaper,
-periodic.
+"""The ``Worker``: one ``runworkers`` process. ``run()`` starts its threads (job pool,
+completer, reporter, heartbeat, listener, reaper, periodic), runs the claim loop on the
+calling thread, and shuts down.
 
-The main thread claims: it fills free slots with one batched claim, then
+The claim loop fills free slots with one batched claim (``claimer``), then
 waits for a wake-up (a commit on a served queue, a finished job) or the poll
-interval, so an idle worker costs one claim per interval. SIGTERM or SIGINT
-stops claiming, lets running jobs finish for ``shutdown_timeout`` seconds and
-releases the rest (attempt refunded); a second SIGINT releases at once.
+interval, so an idle worker costs one claim per interval. SIGTERM, SIGINT,
+SIGHUP or SIGQUIT (``os_signals``) stops claiming, lets running jobs finish
+for ``shutdown_timeout`` seconds and releases the rest (an attempt whose code
+started counts, with a ``SHUTDOWN`` history entry; one that never started is
+refunded); a second SIGINT releases at once; SIGUSR1 logs a status line.
 With ``metrics_port`` set, ``/metrics`` is served for as long as ``run()`` lasts.
 Unless bursting, a worker enqueues the due slots of the periodic schedules
 declared in its apps' ``tasks`` modules (imported at start) until it drains.
@@ -13,7 +16,6 @@ declared in its apps' ``tasks`` modules (imported at start) until it drains.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import signal
@@ -24,36 +26,27 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
 
 from django.db import connections
 
-from django_dbqueue import conf, leases, periodic, reaper
-from django_dbqueue.context import JobContext
+from django_dbqueue import conf, leases, middleware, periodic, reaper
+from django_dbqueue.logfields import job_fields
+from django_dbqueue.worker import os_signals
 from django_dbqueue.worker.budget import ConnectionBudget, connection_budget
+from django_dbqueue.worker.claimer import Claimer
 from django_dbqueue.worker.completer import Completer
 from django_dbqueue.worker.connections import Survival, repeat
 from django_dbqueue.worker.counters import WorkerCounters
-from django_dbqueue.worker.execute import Resolved, execute, resolve_all
+from django_dbqueue.worker.execute import AttemptRunner
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.listener import Listener, listen_alias
 from django_dbqueue.worker.live import LiveJobs
-from django_dbqueue.worker.pacing import ClaimPacing
 from django_dbqueue.worker.pool import JobPool
-from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
+from django_dbqueue.worker.reporter import OutcomeReporter
 from django_dbqueue.worker.session import switched_off_for_pooler, worker_session
 from django_dbqueue.worker.watchdog import TICK, Watchdog, WorkerBroken
 
 log = logging.getLogger(__name__)
-
-COUNTER_OF = {
-    Outcome.SUCCEEDED: "succeeded",
-    Outcome.RETRIED: "retried",
-    Outcome.DEAD: "dead",
-    Outcome.CANCELLED: "cancelled",
-    Outcome.LEASE_LOST: "lease_lost",
-    Outcome.UNRECORDED: "unrecorded",
-}
 
 
 def default_worker_id() -> str:
@@ -81,11 +74,17 @@ class Worker:
     """A worker process's machinery. ``run()`` blocks until it is told to stop.
 
     ``counters`` holds the process's counters and its claim and run duration
-    histograms while it runs and after.
+    histograms while it runs and after. Once claimed, a job never calls back
+    into the ``Worker``: its slot runs it (``execute.AttemptRunner``), the
+    completer writes it, the reporter counts and reports it, and the claim
+    loop hears of freed slots through ``wake``.
     """
 
     def __init__(self, options: WorkerOptions) -> None:
         cfg = conf.get()
+        # The middleware is built here: a factory that raises stops the worker before it
+        # claims anything, instead of failing every attempt.
+        middleware.stack()
         self.options = options
         self.queues = options.queues if options.queues is not None else cfg.queues
         self.worker_id = options.worker_id or default_worker_id()
@@ -96,11 +95,23 @@ class Worker:
         self.stop_now = threading.Event()  # release whatever still runs
         self.wake = threading.Event()
         self._threads_stop = threading.Event()
-        self.pacing = ClaimPacing(options.concurrency)
-        self.pool = JobPool(options.concurrency, self._run_job, self._slot_freed)
         self.heartbeat = Heartbeat(self.live, self.counters, self._threads_stop)
-        self.completer = Completer(self._threads_stop, self._successes_written)
-        self.reporter = OutcomeReporter(self.wake.set)
+        self.reporter = OutcomeReporter(self.counters, self.live, self.wake.set)
+        self.completer = Completer(self._threads_stop, self.reporter.written)
+        self.claimer = Claimer(
+            options.concurrency,
+            options.max_jobs,
+            self.counters,
+            self.live,
+            self.heartbeat.renew_now,
+            self.heartbeat.progress.post,
+            self.wake,
+        )
+        self.pool = JobPool(
+            options.concurrency,
+            AttemptRunner(self.live, self.completer, self.reporter.finished),
+            self.claimer.slot_freed,
+        )
         self.listener = Listener(self.queues, self.wake, self._threads_stop)
         self.reaper = threading.Thread(
             target=self._reap_forever, name="dbqueue-reaper", daemon=True
@@ -114,7 +125,7 @@ class Worker:
 
     def run(self) -> None:
         """Claim and run jobs until stopped, the burst is drained or ``max_jobs`` are done."""
-        with self._signals_handled(), self._metrics_served():
+        with os_signals.handled(self._on_drain_signal, self._log_status), self._metrics_served():
             log.info(
                 "worker started id=%s queues=%s concurrency=%s burst=%s",
                 self.worker_id,
@@ -171,27 +182,25 @@ class Worker:
         while not self.stopping.is_set():
             self._check_health()
             self.wake.clear()
-            wanted = self._slots_to_fill()
+            behind = self.completer.backlog + self.reporter.backlog
+            wanted = self.claimer.wanted(self.pool.free, self.pool.busy, behind)
             if wanted == 0:
                 if self._done_with_max_jobs():
                     return
-                self._wait(self.wake, self.pacing.wait(self.poll_interval))
+                self._wait(self.wake, self.claimer.wait(self.poll_interval))
                 continue
-            started = time.monotonic()
             # Counted before the claim: a job still running then may, once it ends, make
             # another one due (its serial key's next job, its own retry) after the claim
             # looked, so only a claim made with none running may end a burst.
             had_jobs = len(self.live) > 0
             try:
-                claimed = leases.claim(self.queues, self.worker_id, wanted)
+                claimed = self.claimer.claim(self.queues, self.worker_id, wanted)
             except Exception as exc:  # noqa: BLE001 - the loop's survival guard: logged, backed off.
                 self._wait(self.stopping, survival.failed(exc))
                 continue
-            self.counters.claim_duration.observe(time.monotonic() - started)
-            self.pacing.claimed(wanted, len(claimed))
             survival.succeeded()
             if claimed:
-                self._start_jobs(claimed)
+                self.pool.submit(claimed)
             if not claimed and self.options.burst and not had_jobs:
                 log.info("worker id=%s burst drained", self.worker_id)
                 return
@@ -241,88 +250,9 @@ class Worker:
             *self.pool.threads,
         ]
 
-    def _slots_to_fill(self) -> int:
-        """Free slots to claim for now; while jobs run, as ``pacing`` batches them.
-
-        A slot is free once its job's task returned, even while the completer
-        still writes its success; only a completer and reporter together more
-        than ``concurrency`` successes behind hold slots back, so at most twice
-        ``concurrency`` jobs are the worker's at once. A slot freed when it
-        matters to ``pacing`` wakes the claimer (``_slot_freed``).
-        """
-        concurrency = self.options.concurrency
-        behind = self.completer.backlog + self.reporter.backlog
-        free = self.pool.free - max(0, behind - concurrency)
-        if self.options.max_jobs is not None:
-            free = min(free, self.options.max_jobs - self.counters.claimed)
-        return self.pacing.wanted(free, self.pool.busy)
-
-    def _slot_freed(self, free: int) -> None:
-        """Wake the claimer when ``pacing`` says the slot just freed matters.
-
-        The claimer clears ``wake`` before it counts free slots, so a count
-        it missed is one it sees itself. The last freed slot also wakes
-        shutdown and a ``--burst`` or ``--max-jobs`` end waiting for the
-        running jobs; the completer and the reporter wake it once per batch
-        they finish.
-        """
-        if self.pacing.wakes(free):
-            self.wake.set()
-
     def _done_with_max_jobs(self) -> bool:
         limit = self.options.max_jobs
         return limit is not None and self.counters.claimed >= limit and not self.live
-
-    def _start_jobs(self, claimed: list[leases.Lease]) -> None:
-        """Hand a claim's jobs to the slots, each task resolved once; live (renewed) first."""
-        self.counters.add("claimed", len(claimed))
-        jobs = [
-            (JobContext(lease), task)
-            for lease, task in zip(claimed, resolve_all(claimed), strict=True)
-        ]
-        self.live.add(
-            (context, None if isinstance(task, Exception) else task.timeout)
-            for context, task in jobs
-        )
-        self.pool.submit(jobs)
-
-    def _run_job(self, context: JobContext, task: Resolved) -> None:
-        """Run one job in a pool thread; the completer writes its outcome.
-
-        A success is handed over and left to it; any other outcome is written
-        through it (``Completer.write``), so the pool thread needs no
-        connection for the protocol.
-        """
-        started = time.monotonic()
-        handed_over = False
-        try:
-            completer = self.completer
-            outcome = execute(context.lease, context, completer.hand_over, task, completer.write)
-            handed_over = outcome is Outcome.HANDED_OVER
-            if not handed_over:
-                self._count(outcome, started)
-        finally:
-            if not handed_over:
-                self.live.remove([context.job_id])
-
-    def _successes_written(self, written: list[tuple[JobContext, Outcome, float]]) -> None:
-        """The completer wrote (or gave up on) a batch of successes: count, free, report them."""
-        now = time.monotonic()
-        durations = [now - started for _, _, started in written]
-        self.counters.run_duration.observe_all(durations)
-        self.counters.add_all(collections.Counter(COUNTER_OF[outcome] for _, outcome, _ in written))
-        self.live.remove(context.job_id for context, _, _ in written)
-        self.wake.set()
-        self.reporter.put(
-            [
-                (context.lease, outcome, duration)
-                for (context, outcome, _), duration in zip(written, durations, strict=True)
-            ]
-        )
-
-    def _count(self, outcome: Outcome, started: float) -> None:
-        self.counters.run_duration.observe(time.monotonic() - started)
-        self.counters.add(COUNTER_OF[outcome])
 
     def _reap_forever(self) -> None:
         interval = conf.get().reaper_interval
@@ -363,17 +293,27 @@ class Worker:
         )
 
     def _release_unfinished(self) -> None:
-        for job in self.live.all():
+        """Hand back every job still live: refunded if its code never started, else counted."""
+        for job, started in self.live.withdraw():
             job.context.lease_lost.set()
             try:
-                released = leases.release(job.lease)
+                released = leases.release(job.lease, started=started)
             except Exception as exc:  # noqa: BLE001 - an unreleased lease expires; the reaper takes it.
                 log.warning(
-                    "job id=%s not released, the reaper will recover it: %s", job.lease.job_id, exc
+                    "job id=%s not released, the reaper will recover it: %s",
+                    job.lease.job_id,
+                    exc,
+                    extra=job_fields(job.lease),
                 )
                 continue
             if released:
-                log.info("job id=%s released at shutdown (attempt refunded)", job.lease.job_id)
+                how = "attempt counted, code=SHUTDOWN" if started else "attempt refunded, unstarted"
+                log.info(
+                    "job id=%s released at shutdown (%s)",
+                    job.lease.job_id,
+                    how,
+                    extra=job_fields(job.lease),
+                )
 
     @contextmanager
     def _metrics_served(self) -> Iterator[None]:
@@ -392,30 +332,23 @@ class Worker:
         finally:
             server.close()
 
-    @contextmanager
-    def _signals_handled(self) -> Iterator[None]:
-        """SIGTERM/SIGINT stop claiming; a second SIGINT releases at once (main thread only)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def _on_drain_signal(self, sig: signal.Signals) -> None:
+        """A ``DRAIN`` signal (``os_signals``): stop claiming; a second SIGINT releases at once."""
+        if sig == signal.SIGINT and self.stopping.is_set():
+            log.warning("worker id=%s second SIGINT: releasing running jobs now", self.worker_id)
+            self.stop_now.set()
+        else:
+            log.info("worker id=%s got %s: draining", self.worker_id, sig.name)
+        self.stop()
 
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            if signum == signal.SIGINT and self.stopping.is_set():
-                log.warning(
-                    "worker id=%s second SIGINT: releasing running jobs now", self.worker_id
-                )
-                self.stop_now.set()
-            else:
-                log.info(
-                    "worker id=%s got %s: draining", self.worker_id, signal.Signals(signum).name
-                )
-            self.stop()
-
-        for sig in previous:
-            signal.signal(sig, on_signal)
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    def _log_status(self) -> None:
+        """The ``STATUS`` signal (SIGUSR1): one line on what this worker is doing now."""
+        log.info(
+            "worker status id=%s state=%s live_jobs=%s busy_slots=%s free_slots=%s %s",
+            self.worker_id,
+            "draining" if self.stopping.is_set() else "claiming",
+            len(self.live),
+            self.pool.busy,
+            self.pool.free,
+            " ".join(f"{name}={count}" for name, count in self.counters.snapshot().items()),
+        )

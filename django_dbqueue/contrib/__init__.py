@@ -1,0 +1,1 @@
+"""Integrations with other tools, each behind an optional extra: import only what you use."""

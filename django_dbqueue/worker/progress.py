@@ -1,0 +1,110 @@
+"""The worker's progress board: task reports wait here for the heartbeat thread to write.
+
+A task's ``context.set_progress`` only posts its report (``post``) and
+returns: no statement on the task's connection, no wait. The heartbeat
+thread writes what is due (``write_due``) on its own connection, every job's
+report in one statement, each job at most once per ``progress.INTERVAL``, and
+sleeps no longer than the next report's turn (``next_turn``). A report whose
+row another transaction holds locked waits for the next turn (a newer report
+replaces it); one whose lease the write found lost sets the job's
+``lease_lost``, so the task's next ``set_progress`` raises ``LeaseLost``.
+Reports of jobs that left the worker are dropped unwritten: the outcome
+settled the job.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from django_dbqueue import leases, progress
+from django_dbqueue.worker.counters import WorkerCounters
+from django_dbqueue.worker.live import LiveJobs
+
+#: Lease identity: a later claim of the same job by this worker starts afresh.
+_Key = tuple[int, int]
+
+
+class ProgressBoard:
+    """Reports waiting for the heartbeat, paced per job (``progress.Pacer``). Thread-safe."""
+
+    def __init__(self, live: LiveJobs, counters: WorkerCounters, wake: Callable[[], None]) -> None:
+        self.live = live
+        self.counters = counters
+        self._wake = wake
+        self._pacers: dict[_Key, tuple[leases.Lease, progress.Pacer]] = {}
+        self._lock = threading.Lock()
+
+    def post(self, lease: leases.Lease, report: progress.Progress) -> bool:
+        """Keep ``report`` as the job's newest; the heartbeat writes it at its turn.
+
+        Wakes the heartbeat when nothing of this job was waiting, so it can
+        shorten its sleep to the report's turn. Always ``True``: a lost lease
+        is learned from the write, later (``lease_lost``).
+        """
+        key = (lease.job_id, lease.lease_token)
+        with self._lock:
+            _, pacer = self._pacers.setdefault(key, (lease, progress.Pacer()))
+            was_waiting = pacer.waiting is not None
+            pacer.waiting = report
+        if not was_waiting:
+            self._wake()
+        return True
+
+    def next_turn(self) -> float:
+        """When (``time.monotonic``) the earliest waiting report may be written; inf: none."""
+        with self._lock:
+            return min(
+                (pacer.turn() for _, pacer in self._pacers.values() if pacer.waiting is not None),
+                default=math.inf,
+            )
+
+    def write_due(self) -> None:
+        """Write every report whose turn has come, in one statement, on this thread's connection.
+
+        A report whose write raised is dropped, not retried: the task's next
+        report takes its place, and renewals never wait behind a report the
+        database refuses.
+        """
+        due = self._taken(time.monotonic())
+        if not due:
+            return
+        written = progress.write(due)
+        lost = self._unsettled([lease for lease, _ in due if lease.job_id in written.missed])
+        with self._lock:
+            for lease, report in due:
+                if lease.job_id in written.skipped:
+                    entry = self._pacers.get((lease.job_id, lease.lease_token))
+                    if entry is not None and entry[1].waiting is None:
+                        entry[1].waiting = report
+        for lease in lost:
+            job = self.live.get(lease.job_id)
+            if job is None or job.lease.lease_token != lease.lease_token:
+                continue  # The attempt ended meanwhile: its outcome's write speaks for it.
+            if not job.context.lease_lost.is_set():
+                leases.log_lost_lease("set_progress", lease)
+                job.context.lease_lost.set()
+                self.counters.add("leases_lost")
+
+    def _taken(self, now: float) -> list[tuple[leases.Lease, progress.Progress]]:
+        """The reports due now, taken out; the pacers of jobs no longer live are dropped."""
+        live = {(job.lease.job_id, job.lease.lease_token) for job in self.live.all()}
+        due = []
+        with self._lock:
+            for key in self._pacers.keys() - live:
+                del self._pacers[key]
+            for lease, pacer in self._pacers.values():
+                report = pacer.take(now)
+                if report is not None:
+                    due.append((lease, report))
+        return due
+
+    @staticmethod
+    def _unsettled(missed: list[leases.Lease]) -> list[leases.Lease]:
+        """The leases among ``missed`` really lost: not settled by their own outcome meanwhile."""
+        if not missed:
+            return []
+        settled = leases.settled_by(missed)
+        return [lease for lease in missed if lease.job_id not in settled]
