@@ -15,6 +15,7 @@ database only after the block has closed the browser.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -32,6 +33,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+#: Where the browser tests save their screenshots, committed: the admin how-to shows them
+#: (docs/howto/dead-letters.md), so the docs show the admin as the tests last saw it.
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "_static" / "screenshots"
 #: The longest any single browser step (navigation, click, wait) may take.
 STEP_TIMEOUT_MS = 15_000
 
@@ -62,3 +66,18 @@ def browser_page() -> BrowserPage:
             pytest.fail(f"{CHROMIUM} is missing; CI must install it: apt-get install chromium")
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
     return open_page
+
+
+def save_screenshot(name: str, png: bytes) -> Path:
+    """Write ``png`` to ``SCREENSHOTS/admin-<name>.png`` and return its path.
+
+    Written to a temporary file first and moved into place, so a reader (or another
+    test run saving the same picture at once) never sees half a file.
+    """
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"admin-{name}.png"
+    with tempfile.NamedTemporaryFile(dir=SCREENSHOTS, suffix=".tmp", delete=False) as file:
+        file.write(png)
+    os.chmod(file.name, 0o644)  # as git checks files out, not mkstemp's 0600
+    os.replace(file.name, path)
+    return path

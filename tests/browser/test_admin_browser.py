@@ -15,7 +15,7 @@ from playwright.sync_api import Locator, Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from django_dbqueue.models import Job, JobState
-from tests.browser.conftest import BrowserPage
+from tests.browser.conftest import BrowserPage, save_screenshot
 from tests.factories import JobFactory
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,6 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
     live_server: LiveServer,
     browser_page: BrowserPage,
     django_user_model: type[AbstractUser],
-    tmp_path: Path,
 ) -> None:
     operator = django_user_model.objects.create_superuser(USERNAME, "oncall@example.com", PASSWORD)
     dead = dead_job_with_history()
@@ -89,10 +88,7 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
         JobFactory(running=True, queue="emails").pk: JobState.RUNNING,
         JobFactory(succeeded=True, queue="emails").pk: JobState.SUCCEEDED,
     }
-    shots = {
-        name: tmp_path / f"admin-{name}.png"
-        for name in ("job-list", "requeue-form", "requeue", "job-ready")
-    }
+    shots: dict[str, Path] = {}
 
     with browser_page() as page:
         assert page.context.browser is not None
@@ -102,7 +98,7 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
         expect(page.locator("#dbqueue-health tr.dbqueue-queue")).to_have_count(2)
         expect(page.locator("#dbqueue-throughput")).to_be_visible()
         expect(page.locator("#result_list tbody tr")).to_have_count(4)
-        page.screenshot(path=str(shots["job-list"]), full_page=True)
+        shots["job-list"] = save_screenshot("job-list", page.screenshot(full_page=True))
 
         state_filter(page, JobState.DEAD).click()
         expect(page).to_have_url(re.compile(r"\?state__exact=dead$"))
@@ -115,18 +111,18 @@ def test_operator_requeues_a_dead_job_from_the_admin_in_a_real_browser(
         expect(form).to_contain_text("ValueError: card declined by the acquirer")
         expect(form).to_contain_text("5/5")
         expect(page.locator("#id_extra_attempts")).to_have_value("1")
-        page.screenshot(path=str(shots["requeue-form"]), full_page=True)
+        shots["requeue-form"] = save_screenshot("requeue-form", page.screenshot(full_page=True))
         page.fill("#id_extra_attempts", "2")
         form.locator("input[type=submit]").click()
 
         expect(page.locator("ul.messagelist li.success")).to_have_text(
             "Requeued with 2 more attempt(s): 1 job(s)."
         )
-        page.screenshot(path=str(shots["requeue"]), full_page=True)
+        shots["requeue"] = save_screenshot("requeue", page.screenshot(full_page=True))
         state_filter(page, JobState.READY).click()
         expect(job_row(page, dead).locator("td.field-state_badge")).to_have_text("ready")
         expect(job_row(page, dead).locator("td.field-attempts_used")).to_have_text("5/7")
-        page.screenshot(path=str(shots["job-ready"]), full_page=True)
+        shots["job-ready"] = save_screenshot("job-ready", page.screenshot(full_page=True))
     for shot in shots.values():
         logger.info(f"screenshot: {shot}")
 
@@ -150,7 +146,6 @@ def test_operator_requeues_a_dead_job_from_its_own_page_in_a_real_browser(
     live_server: LiveServer,
     browser_page: BrowserPage,
     django_user_model: type[AbstractUser],
-    tmp_path: Path,
 ) -> None:
     operator = django_user_model.objects.create_superuser(USERNAME, "oncall@example.com", PASSWORD)
     dead = dead_job_with_history()
@@ -163,7 +158,7 @@ def test_operator_requeues_a_dead_job_from_its_own_page_in_a_real_browser(
             count, succeeded=True, queue="emails", finished_at=now - timedelta(minutes=minutes)
         )
     JobFactory(cancelled=True, queue="emails", finished_at=now - timedelta(minutes=12))
-    shots = {name: tmp_path / f"admin-{name}.png" for name in ("list", "dead-job-page", "chart")}
+    shots: dict[str, Path] = {}
 
     with browser_page() as page:
         log_in(page, live_server.url)
@@ -180,15 +175,15 @@ def test_operator_requeues_a_dead_job_from_its_own_page_in_a_real_browser(
         assert box is not None
         assert frame is not None
         assert box["x"] + box["width"] <= frame["x"] + frame["width"], (box, frame)
-        page.screenshot(path=str(shots["list"]), full_page=True)
-        page.locator("#dbqueue-throughput").screenshot(path=str(shots["chart"]))
+        shots["list"] = save_screenshot("list", page.screenshot(full_page=True))
+        shots["chart"] = save_screenshot("chart", page.locator("#dbqueue-throughput").screenshot())
         expect(page.locator("#dbqueue-legend")).to_contain_text("Succeeded: 18")
 
         row.locator("th.field-id a").click()
         triage = page.locator("#dbqueue-triage")
         expect(triage.locator("input[type=submit]")).to_have_count(1)
         page.fill("#dbqueue-triage #id_extra_attempts", "3")
-        page.screenshot(path=str(shots["dead-job-page"]), full_page=True)
+        shots["dead-job-page"] = save_screenshot("dead-job-page", page.screenshot(full_page=True))
         triage.locator("input[name=requeue_dead]").click()
         expect(page.locator("ul.messagelist li.success")).to_have_text(
             "Requeued with 3 more attempt(s): 1 job(s)."

@@ -140,6 +140,31 @@ def start_worker(
         worker.kill()
 
 
+#: Where Debian's ``faketime`` package puts the library (``.ci/run`` installs it).
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.fixture
+def faketime_env() -> Callable[[str], dict[str, str]]:
+    """``faketime_env("-10m")``: environment that runs a worker with its clock that far off.
+
+    libfaketime shifts the wall clock only (monotonic time stays true, as it
+    would on a host whose clock is merely set wrong); the database server's
+    clock is untouched.
+    """
+    if not LIBFAKETIME.exists():
+        pytest.skip(f"libfaketime is not installed ({LIBFAKETIME}): apt-get install faketime")
+
+    def env(offset: str) -> dict[str, str]:
+        return {
+            "LD_PRELOAD": str(LIBFAKETIME),
+            "FAKETIME": offset,
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
+    return env
+
+
 @pytest.fixture
 def start_pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
     """``start_pgbouncer(pool_size=4, max_prepared_statements=None)``: one in front of the

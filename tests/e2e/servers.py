@@ -157,11 +157,12 @@ class LostReplyProxy:
 
     ``arm(marker)``: the first client message holding ``marker`` (the text of a
     statement, sent when it is prepared) dooms its connection. From the
-    server's report of an ``UPDATE`` done (CommandComplete) on, its messages
-    are held back; once it reports the transaction over (ReadyForQuery), the
-    write is committed and both sockets are closed: the client never hears
-    it. ``cut`` is set then. Connect with ``sslmode=disable`` so the protocol
-    can be read.
+    server's report of that statement done (CommandComplete, whatever its tag:
+    a write inside ``WITH`` reports the ``SELECT`` around it) on, its messages
+    are held back; once it reports no transaction open (ReadyForQuery, status
+    idle), the write is committed and both sockets are closed: the client never
+    hears it. ``cut`` is set then. Connect with ``sslmode=disable`` so the
+    protocol can be read.
     """
 
     def __init__(self, upstream_port: int = 5432) -> None:
@@ -227,16 +228,14 @@ class LostReplyProxy:
                 if len(buffer) < 1 + length:
                     break
                 message, buffer = buffer[: 1 + length], buffer[1 + length :]
-                updated = updated or (
-                    doomed.is_set() and kind == b"C" and message[5:].startswith(b"UPDATE")
-                )
+                updated = updated or (doomed.is_set() and kind == b"C")
                 if not updated:
                     try:
                         client.sendall(message)
                     except OSError:
                         break
                     continue
-                if kind == b"Z":
+                if kind == b"Z" and message[5:6] == b"I":
                     _close(server)
                     _close(client)
                     self.cut.set()

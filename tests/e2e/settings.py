@@ -4,14 +4,19 @@ They reach the test database through ``DATABASE_URL`` (set by the fixture) and
 take ``DBQUEUE`` overrides from ``DBQUEUE_OVERRIDES`` (JSON), so each test can
 shorten leases and intervals. ``LISTEN_DATABASE_URL`` adds a ``listen`` alias.
 ``DBQUEUE_INJECT_FAULT`` installs a fault into one worker thread
-(``tests.e2e.injected_faults``). Job logs, and the task framework's, go to
-stderr at INFO.
+(``tests.e2e.injected_faults``). ``SENTRY_EVENTS_FILE`` initialises Sentry as a
+project's settings would, its events written to that file instead of sent
+(``tests.sentry_events``); ``DBQUEUE_SPANS_FILE`` installs an OpenTelemetry SDK
+writing the worker's spans to that file (``tests.e2e.tracing``). Job logs, and the
+task framework's, go to stderr at INFO, unless ``LOGGING_OVERRIDE`` (JSON) gives a
+whole ``LOGGING`` of its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from tests.settings import *  # noqa: F403 - the test settings, adjusted below.
 from tests.settings import DATABASES, INSTALLED_APPS, env
@@ -22,6 +27,14 @@ if os.environ.get("LISTEN_DATABASE_URL"):
     DATABASES["listen"] = env.db_url("LISTEN_DATABASE_URL")
 if os.environ.get("DBQUEUE_INJECT_FAULT"):
     INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2e.injected_faults.InjectedFaults"]
+if os.environ.get("DBQUEUE_SPANS_FILE"):
+    INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2e.tracing.SpansToFile"]
+if os.environ.get("SENTRY_EVENTS_FILE"):
+    import sentry_sdk
+
+    from tests.sentry_events import DSN, EventFile, EventSink
+
+    sentry_sdk.init(dsn=DSN, transport=EventSink(EventFile(Path(os.environ["SENTRY_EVENTS_FILE"]))))
 DBQUEUE = {
     "LEASE_SECONDS": 30,
     "POLL_INTERVAL": 1,
@@ -40,3 +53,5 @@ LOGGING = {
         "django_tasks": {"handlers": ["stderr"], "level": "INFO"},
     },
 }
+if os.environ.get("LOGGING_OVERRIDE"):
+    LOGGING = json.loads(os.environ["LOGGING_OVERRIDE"])

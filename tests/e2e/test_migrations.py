@@ -16,6 +16,8 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 import psycopg
 import pytest
@@ -57,10 +59,20 @@ def database_url() -> Iterator[str]:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def migrate(url: str, *target: str) -> subprocess.Popen[str]:
+#: ``manage.py migrate`` with ``USE_TZ = False`` and a ``TIME_ZONE`` that has DST.
+MIGRATE_WITHOUT_TZ = (
+    "import sys, tests.settings as s\n"
+    "s.USE_TZ, s.TIME_ZONE = False, 'Europe/Paris'\n"
+    "from django.core.management import execute_from_command_line\n"
+    "execute_from_command_line(['django-admin', 'migrate', *sys.argv[1:]])\n"
+)
+
+
+def migrate(url: str, *target: str, use_tz: bool = True) -> subprocess.Popen[str]:
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    command = ["-m", "django", "migrate"] if use_tz else ["-c", MIGRATE_WITHOUT_TZ]
     return subprocess.Popen(
-        [sys.executable, "-m", "django", "migrate", "-v0", *target],
+        [sys.executable, *command, "-v0", *target],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -123,6 +135,81 @@ def test_migration_0007_can_be_reversed_and_applied_again(database_url: str) -> 
     assert reverted["dbqueue_job_finished"].endswith("(finished_at)")
     assert reverted["dbqueue_job_subject_type_id_bdec4d23"].endswith("(subject_type_id)")
     finished(migrate(database_url))
+
+
+#: Two slots in the hour Paris's 2024 fall-back repeats: both 02:x5 local, an hour apart.
+SLOTS_0010 = {"a": "2024-10-27 00:45:00+00", "b": "2024-10-27 01:15:00+00"}
+SLOTS_0011 = {"a": 1729989900, "b": 1729991700}
+
+
+def periodic_slots(url: str) -> dict[str, object]:
+    with psycopg.connect(url, autocommit=True) as observer:
+        rows = observer.execute("SELECT task, last_slot FROM dbqueue_periodic_slot").fetchall()
+    return dict(rows)
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("use_tz", [True, False], ids=["use_tz_on", "use_tz_off"])
+def test_migration_0011_stores_recorded_slots_as_utc_epoch_seconds_and_back(
+    database_url: str, use_tz: bool
+) -> None:
+    finished(migrate(database_url, "django_dbqueue", "0010"))
+    with psycopg.connect(database_url, autocommit=True) as writer:
+        for task, slot in SLOTS_0010.items():
+            writer.execute(
+                "INSERT INTO dbqueue_periodic_slot (task, last_slot) VALUES (%s, %s)", (task, slot)
+            )
+    finished(migrate(database_url, "django_dbqueue", "0011", use_tz=use_tz))
+    assert periodic_slots(database_url) == SLOTS_0011
+
+    finished(migrate(database_url, "django_dbqueue", "0010", use_tz=use_tz))
+    assert periodic_slots(database_url) == {
+        "a": datetime(2024, 10, 27, 0, 45, tzinfo=dt_timezone.utc),
+        "b": datetime(2024, 10, 27, 1, 15, tzinfo=dt_timezone.utc),
+    }
+    finished(migrate(database_url))
+    assert periodic_slots(database_url) == SLOTS_0011
+
+
+#: The indexes migration 0013 adds (issue 34: the admin's search and filters).
+SEARCH_INDEXES = {
+    "dbqueue_job_queue",
+    "dbqueue_job_task",
+    "dbqueue_job_dedupe_key",
+    "dbqueue_job_cancelled",
+    "dbqueue_job_failed",
+    "dbqueue_job_error_text",
+}
+
+
+def valid_indexes(url: str) -> set[str]:
+    """The names of the job table's valid indexes."""
+    with psycopg.connect(url, autocommit=True) as observer:
+        rows = observer.execute(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = 'dbqueue_job'::regclass AND i.indisvalid"
+        ).fetchall()
+    return {name for (name,) in rows}
+
+
+@pytest.mark.postgresql
+def test_migration_0013_builds_the_search_indexes_with_pg_trgm_and_can_be_reversed(
+    database_url: str,
+) -> None:
+    finished(migrate(database_url, "django_dbqueue", "0010"))
+    assert not valid_indexes(database_url) & SEARCH_INDEXES
+    finished(migrate(database_url))
+    assert valid_indexes(database_url) >= SEARCH_INDEXES
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        (trigram,) = observer.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'dbqueue_job_error_text'"
+        ).fetchone()
+    assert "gin_trgm_ops" in trigram
+    assert "WHERE (last_error <> ''::text)" in trigram
+    finished(migrate(database_url, "django_dbqueue", "0010"))
+    assert not valid_indexes(database_url) & SEARCH_INDEXES
+    finished(migrate(database_url))
+    assert valid_indexes(database_url) >= SEARCH_INDEXES
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from django_dbqueue import periodic
 from django_dbqueue.models import Job, PeriodicSlot
 from tests.e2e.conftest import ROOT, WorkerProcess
 from tests.testapp.models import Execution
@@ -78,11 +79,13 @@ StartWorker = Callable[..., SchedulingWorker]
 
 @pytest.fixture
 def start_scheduling_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
-    """``start_scheduling_worker(*runworkers_args)``; teardown kills what still runs."""
+    """``start_scheduling_worker(*runworkers_args, env=...)``; teardown kills what still runs."""
     started: list[SchedulingWorker] = []
 
-    def start(*args: str, settings: dict[str, Any] | None = None) -> SchedulingWorker:
-        env = {**worker_env, "DBQUEUE_OVERRIDES": json.dumps(settings or {})}
+    def start(
+        *args: str, settings: dict[str, Any] | None = None, env: dict[str, str] | None = None
+    ) -> SchedulingWorker:
+        env = {**worker_env, **(env or {}), "DBQUEUE_OVERRIDES": json.dumps(settings or {})}
         log_path = tmp_path / f"scheduling-worker-{len(started)}.log"
         worker = SchedulingWorker(CRON, list(args), env, log_path)
         started.append(worker)
@@ -136,7 +139,8 @@ def test_a_restarted_worker_enqueues_only_the_latest_missed_slot(
     first.stop()
     last_before = Job.objects.filter(task=TASK).order_by("-id").values_list("id", flat=True)[0]
     # As if the workers had stayed down for an hour: 3,600 slots missed.
-    PeriodicSlot.objects.filter(task=TASK).update(last_slot=timezone.now() - timedelta(hours=1))
+    hour_ago = periodic.to_epoch(timezone.now() - timedelta(hours=1))
+    PeriodicSlot.objects.filter(task=TASK).update(last_slot=hour_ago)
     restarted_at = timezone.now().replace(microsecond=0)
 
     second = start_scheduling_worker("--poll-interval", "0.2")
@@ -152,3 +156,23 @@ def test_a_restarted_worker_enqueues_only_the_latest_missed_slot(
     # ... and the slots from there on are consecutive: nothing of the hour was back-filled.
     assert_every_second(after)
     assert len(after) < 60
+
+
+def test_workers_with_skewed_clocks_enqueue_each_slot_on_time_by_the_database_clock(
+    start_scheduling_worker: StartWorker, faketime_env: Callable[[str], dict[str, str]]
+) -> None:
+    workers = [
+        start_scheduling_worker("--poll-interval", "0.2", env=faketime_env(offset))
+        for offset in ("-10m", "+10m")
+    ]
+    wait_until(lambda: Execution.objects.count() >= 4, what="four periodic jobs to run")
+    for worker in workers:
+        worker.stop()
+
+    jobs = list(Job.objects.filter(task=TASK))
+    # Neither early (a clock ahead) nor skipped (a clock behind): every second, once ...
+    assert_every_second(slots_of(jobs))
+    for job in jobs:
+        # ... each enqueued (by the database clock) within a second or two after its slot.
+        (slot,) = slots_of([job])
+        assert slot <= job.created_at < slot + timedelta(seconds=2.5), (slot, job.created_at)

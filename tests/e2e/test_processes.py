@@ -83,6 +83,28 @@ def test_processes_run_n_workers_and_sigterm_drains_them_all_then_exits_0(
 
 
 @e2e_db
+def test_processes_forward_sigusr1_for_status_and_sighup_to_drain(
+    start_worker: StartWorker,
+) -> None:
+    jobs = [gated.enqueue("hup") for _ in range(2)]
+    supervisor = start_worker("--processes", "2", "--worker-id", "pw")
+    wait_until(lambda: running_on(jobs) == {"pw-p1", "pw-p2"}, what="a job on each process")
+
+    supervisor.send(signal.SIGUSR1)
+    for worker_id in ("pw-p1", "pw-p2"):
+        supervisor.wait_for_log(f"worker status id={worker_id} state=claiming live_jobs=1")
+    assert len(children(supervisor)) == 2  # status only: nobody stopped or restarted
+
+    supervisor.send(signal.SIGHUP)
+    for worker_id in ("pw-p1", "pw-p2"):
+        supervisor.wait_for_log(f"worker id={worker_id} got SIGHUP: draining")
+    open_gate("hup")
+
+    assert supervisor.wait() == 0, supervisor.log()
+    assert states(jobs) == {JobState.SUCCEEDED}
+
+
+@e2e_db
 def test_a_sigkilled_process_is_restarted_and_every_job_still_runs(
     start_worker: StartWorker,
 ) -> None:

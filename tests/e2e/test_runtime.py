@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 
 import pytest
@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from pytest_django.fixtures import Settings
 
+from django_dbqueue.errors import SHUTDOWN
 from django_dbqueue.models import Job, JobState
 from tests.e2e.conftest import WorkerProcess, listening, open_gate
 from tests.factories import JobFactory
@@ -57,12 +58,13 @@ def assert_untouched(job: Job) -> None:
 
 
 def assert_released(job: Job, token_while_running: int) -> None:
-    """``job`` was handed back at shutdown: due now, attempt refunded, no history entry."""
+    """``job``'s running attempt was interrupted at shutdown: counted, with a ``SHUTDOWN``
+    history entry, and ready again at once (it had attempts left)."""
     job.refresh_from_db()
     assert job.state == JobState.READY
-    assert job.attempts == 0
-    assert job.lease_token >= token_while_running
-    assert job.errors == []
+    assert job.attempts == 1
+    assert job.lease_token == token_while_running
+    assert [(entry["attempt"], entry["code"]) for entry in job.errors] == [(1, SHUTDOWN)]
     assert (job.worker_id, job.lease_until) == (None, None)
     assert Job.objects.due().filter(pk=job.pk).exists()
 
@@ -77,9 +79,28 @@ def running_token(job: Job) -> int:
     return job.lease_token
 
 
-@contextmanager
-def row_locked(job_id: int) -> Iterator[None]:
+def row_locked(job_id: int) -> AbstractContextManager[None]:
     """Hold ``SELECT ... FOR UPDATE`` on one job row, from another connection, until exit."""
+    return locked_in_a_transaction(lambda: Job.objects.select_for_update().get(pk=job_id))
+
+
+def writes_locked_out() -> AbstractContextManager[None]:
+    """Hold a lock on the job table that makes every write to it wait, until exit.
+
+    ``SHARE ROW EXCLUSIVE`` lets the worker read (and lock rows ``FOR UPDATE``) but not
+    update, whatever rows it writes and however it locks them (``SKIP LOCKED``, ``NOWAIT``).
+    """
+
+    def lock() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("LOCK TABLE dbqueue_job IN SHARE ROW EXCLUSIVE MODE")
+
+    return locked_in_a_transaction(lock)
+
+
+@contextmanager
+def locked_in_a_transaction(take_lock: Callable[[], object]) -> Iterator[None]:
+    """Run ``take_lock`` in a transaction on another connection, and hold it until exit."""
     locked = threading.Event()
     release = threading.Event()
     errors: list[BaseException] = []
@@ -87,7 +108,7 @@ def row_locked(job_id: int) -> Iterator[None]:
     def hold() -> None:
         try:
             with transaction.atomic():
-                Job.objects.select_for_update().get(pk=job_id)
+                take_lock()
                 locked.set()
                 release.wait(WAIT)
         except BaseException as exc:  # noqa: BLE001 - reported to the test below.
@@ -99,7 +120,7 @@ def row_locked(job_id: int) -> Iterator[None]:
     thread = threading.Thread(target=hold, name="row-lock-holder")
     thread.start()
     try:
-        assert locked.wait(WAIT), "the row lock was never taken"
+        assert locked.wait(WAIT), "the lock was never taken"
         assert not errors, errors
         yield
     finally:
@@ -326,6 +347,80 @@ def test_worker_survives_terminated_connections_while_500_jobs_flow(
     assert worker.wait(30) == 0
 
 
+@contextmanager
+def idle_session_timeout(value: str) -> Iterator[None]:
+    """``idle_session_timeout`` for new sessions of this test's database only (never the
+    server's), reset at exit. The test's own session, already open, keeps none."""
+    name = connection.ops.quote_name(connection.settings_dict["NAME"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER DATABASE {name} SET idle_session_timeout = %s", [value])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER DATABASE {name} RESET idle_session_timeout")
+
+
+@e2e_db
+def test_connections_the_server_closes_when_idle_are_reconnected_with_one_info_line(
+    start_worker: StartWorker,
+) -> None:
+    with idle_session_timeout("500ms"):
+        worker = start_worker("--concurrency", "2", settings={"REAPER_INTERVAL": 0.3})
+        worker.wait_for_log("wake-ups arrive")
+        jobs = []
+        for n in range(6):
+            jobs.append(recorded.enqueue(label=f"idle-{n}"))
+            wait_until(lambda: all_in_state(jobs, JobState.SUCCEEDED), 10, f"job {n} done")
+            # The scenario, not a wait for anything: every worker connection sits idle past
+            # the server's timeout (the reaper's pauses are shorter, the claimer's longer).
+            time.sleep(1.2)
+        assert listening("dbqueue"), "the LISTEN connection is exempt, so still there"
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30) == 0
+
+    log = worker.log()
+    (line,) = [line for line in log.splitlines() if "closed an idle connection" in line]
+    assert " INFO " in line, line
+    assert line.endswith("reconnecting, quietly from now on"), line
+    assert " WARNING " not in log, log
+    assert " ERROR " not in log, log
+    assert all_in_state(jobs, JobState.SUCCEEDED)
+
+
+def cancel_statements_waiting_for_a_lock() -> int:
+    """``pg_cancel_backend`` each session of this database (not the test's) waiting on a lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND wait_event_type = 'Lock'"
+        )
+        (cancelled,) = cursor.fetchone()
+    return cancelled
+
+
+@e2e_db
+def test_a_statement_cancelled_by_pg_cancel_backend_is_logged_as_cancelled(
+    start_worker: StartWorker,
+) -> None:
+    job = gated.enqueue("finish-under-a-lock")
+    worker = start_worker()
+    running_token(job)
+
+    # A row lock alone would not do: the success write skips a row locked elsewhere.
+    with writes_locked_out():
+        open_gate("finish-under-a-lock")  # its success write now waits for the table lock
+        wait_until(lambda: cancel_statements_waiting_for_a_lock() >= 1, what="a write to cancel")
+        worker.wait_for_log("(statement cancelled)")
+
+    wait_until(lambda: all_in_state([job], JobState.SUCCEEDED), what="the job written after all")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    log = worker.log()
+    assert "statement timeout" not in log, log
+
+
 # 11. Graceful shutdown on SIGTERM and SIGINT.
 
 
@@ -349,7 +444,7 @@ def test_sigterm_lets_a_short_job_finish_and_exits_0(start_worker: StartWorker) 
 
 
 @e2e_db
-def test_sigterm_releases_a_long_job_with_attempt_refunded_and_exits_0(
+def test_sigterm_releases_a_long_job_with_its_attempt_counted_and_exits_0(
     start_worker: StartWorker,
 ) -> None:
     job = gated.enqueue("long-job")
@@ -360,7 +455,66 @@ def test_sigterm_releases_a_long_job_with_attempt_refunded_and_exits_0(
 
     assert worker.wait(30) == 0
     assert_released(job, token)
-    assert f"job id={job.pk} released at shutdown (attempt refunded)" in worker.log()
+    assert f"job id={job.pk} released at shutdown (attempt counted, code=SHUTDOWN)" in worker.log()
+
+
+@e2e_db
+def test_sigterms_over_a_long_job_spend_its_attempts_until_it_is_dead(
+    start_worker: StartWorker,
+) -> None:
+    """Guarantee 4 under rolling deploys: each interrupted attempt counts, the last ends dead."""
+    job = gated.enqueue("never-finishes")
+    Job.objects.filter(pk=job.pk).update(max_attempts=3)
+    for attempt in range(1, 4):
+        worker = start_worker("--shutdown-timeout", "0.2")
+        wait_until(
+            lambda n=attempt: Execution.objects.filter(job_id=job.pk).count() == n,
+            30,
+            what=f"attempt {attempt} running",
+        )
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30) == 0
+
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error_code) == (JobState.DEAD, 3, SHUTDOWN)
+    assert [entry["code"] for entry in job.errors] == [SHUTDOWN] * 3
+    assert Execution.objects.filter(job_id=job.pk).count() == 3
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT], ids=["SIGHUP", "SIGQUIT"])
+@e2e_db
+def test_sighup_and_sigquit_drain_like_sigterm(
+    start_worker: StartWorker, sig: signal.Signals
+) -> None:
+    job = gated.enqueue("drained")
+    worker = start_worker("--shutdown-timeout", "30")
+    running_token(job)
+
+    worker.send(sig)
+    worker.wait_for_log(f"got {sig.name}: draining")
+    assert worker.process.poll() is None  # waiting for its job, not killed
+    open_gate("drained")
+
+    assert worker.wait(30) == 0
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.errors) == (JobState.SUCCEEDED, 1, [])
+
+
+@e2e_db
+def test_sigusr1_logs_a_status_line_and_the_worker_goes_on(start_worker: StartWorker) -> None:
+    job = gated.enqueue("status")
+    worker = start_worker("--worker-id", "status-worker", "--concurrency", "2")
+    running_token(job)
+
+    worker.send(signal.SIGUSR1)
+    worker.wait_for_log(
+        "worker status id=status-worker state=claiming live_jobs=1 busy_slots=1 free_slots=1"
+    )
+    later = recorded.enqueue(label="after-sigusr1")
+    wait_until(lambda: all_in_state([later], JobState.SUCCEEDED), what="a job run after SIGUSR1")
+    open_gate("status")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
 
 
 @e2e_db
@@ -379,7 +533,7 @@ def test_second_sigint_releases_at_once(start_worker: StartWorker) -> None:
     logger.info(f"exit {time.monotonic() - second_sigint:.2f}s after the second SIGINT")
     assert_released(job, token)
     assert "second SIGINT: releasing running jobs now" in worker.log()
-    assert f"job id={job.pk} released at shutdown (attempt refunded)" in worker.log()
+    assert f"job id={job.pk} released at shutdown (attempt counted, code=SHUTDOWN)" in worker.log()
 
 
 # 12. Operator mistakes: bad options, a task module deleted under queued jobs. (Numbers out
@@ -404,6 +558,19 @@ def test_bad_options_raise_command_error(
     assert value in message, message
     if queues is not None:
         assert "DBQUEUE['QUEUES']" in message
+
+
+@e2e_db
+def test_a_worker_id_the_database_cannot_encode_is_refused_before_any_claim(
+    start_worker: StartWorker,
+) -> None:
+    """``--worker-id $'w\\xff'``: the byte reaches Python as a lone surrogate no database stores."""
+    job = recorded.enqueue(label="not-for-this-worker")
+    worker = start_worker("--burst", "--worker-id", "w\udcff")
+
+    assert worker.wait(30) == 1
+    assert "CommandError: --worker-id 'w\\udcff' holds the surrogate code point" in worker.log()
+    assert_untouched(job)
 
 
 def test_a_worker_with_eager_mode_on_is_a_command_error(settings: Settings) -> None:

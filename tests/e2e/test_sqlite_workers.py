@@ -3,8 +3,8 @@
 SQLite has one writer. A transaction begun ``DEFERRED`` (Django's default) that
 reads and then writes cannot wait for the write lock: SQLite refuses the
 upgrade at once with ``database is locked``, whatever the timeout. The settings
-the README recommends (``OPTIONS["transaction_mode"] = "IMMEDIATE"``, as
-``tests/settings.py`` uses) take the lock at ``BEGIN``, where the busy timeout
+``docs/howto/databases.md`` recommends (``OPTIONS["transaction_mode"] = "IMMEDIATE"``,
+as ``tests/settings.py`` uses) take the lock at ``BEGIN``, where the busy timeout
 applies, so every such transaction waits its turn and commits.
 """
 

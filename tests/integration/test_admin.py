@@ -210,6 +210,19 @@ class TestListPage:
         for term, expected in searches.items():
             assert listed(admin_client.get(CHANGELIST, {"q": term})) == {expected.pk}, term
 
+    def test_search_finds_a_registered_task_by_any_part_of_its_path_and_an_error_code(
+        self, admin_client: Client
+    ) -> None:
+        """On every vendor: a task with no dead job, by a fragment in another case; a code."""
+        noop = job(task="tests.jobs.tasks.noop", succeeded=True)
+        failed = dead_job()
+        assert noop.pk in listed(admin_client.get(CHANGELIST, {"q": "JOBS.TASKS.NOO"}))
+        assert listed(admin_client.get(CHANGELIST, {"q": "ValueError"})) == {failed.pk}
+
+    def test_search_box_says_what_it_matches_how(self, admin_client: Client) -> None:
+        response = admin_client.get(CHANGELIST)
+        assert "any part of its path" in response.content.decode()
+
     @pytest.mark.parametrize("term", ["²", "١٢", "9" * 19, "9" * 40, " 12 ³"])
     def test_search_for_a_term_that_is_no_job_id_lists_matches_without_error(
         self, admin_client: Client, term: str

@@ -36,8 +36,8 @@ from django_dbqueue.exceptions import InvalidJob, LeaseLost, PermanentError
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
 from django_dbqueue.worker.execute import execute
-from django_dbqueue.worker.reporter import Outcome
-from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from django_dbqueue.worker.outcome import Outcome
+from django_dbqueue.worker.worker import Worker, WorkerOptions
 from tests.factories import JobFactory
 from tests.jobs import backend_tasks, tasks
 from tests.testapp.models import Order

@@ -3,8 +3,8 @@
 Written from Django's "Tasks framework" documentation and the framework's API
 reference (``django.tasks`` on Django 6, the ``django-tasks`` backport on 5.2),
 changing only the backend and how tasks run: the in-process ``Worker`` in burst
-mode, on its own connections (so ``transaction=True``). The README's table of
-deliberate differences ("Using Django's task framework") has its tests at the
+mode, on its own connections (so ``transaction=True``). The table of deliberate
+differences (docs/howto/django-tasks.md) has its tests at the
 end, so changing one of them is a decision, not an accident. The backend's own
 rules (queues, OPTIONS, checks) are in ``test_backend.py``.
 """
@@ -440,7 +440,7 @@ class TestFeatureFlags:
 
 @pytest.mark.django_db(transaction=True)
 class TestDeliberateDifferences:
-    """The README's table: where this backend does more than, or other than, Django documents."""
+    """The docs' table: where this backend does more than, or other than, Django documents."""
 
     def test_a_failed_attempt_with_budget_left_is_ready_again_with_its_error(
         self, configure: Configure

@@ -70,9 +70,25 @@ BENCHMARKS = {
     "drain_slow_jobs",
     "rss_before",
     "rss_after",
-    "admin_list_20k",
-    "admin_dead_filtered_20k",
-    "admin_health_20k",
+    *(
+        f"admin_{page}_20k"
+        for page in (
+            "list",
+            "dead_filtered",
+            "filter_state",
+            "filter_queue",
+            "filter_task",
+            "filter_error_code",
+            "search_id",
+            "search_dedupe_key",
+            "search_subject",
+            "search_task",
+            "search_fragment",
+            "search_error_code",
+            "search_error_word",
+            "health",
+        )
+    ),
 }
 
 WHO = ("ours", "pgqueuer", "raw")
@@ -212,3 +228,53 @@ def test_only_refuses_a_step_the_run_does_not_have_and_names_those_it_has(
     assert "--only nope.run: no such step here" in run.stderr
     assert "drain.run_backlog" in run.stderr
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 20)
+def test_purge_backlog_runs_on_demand_only_and_times_the_lease_recovery(tmp_path: Path) -> None:
+    """``--purge-backlog`` adds its step at the end; a run without it never has the step."""
+    # Imported here: benchmarks.suite imports the benchmark's tasks.
+    from benchmarks import purge_backlog, suite
+
+    assert purge_backlog.run not in suite.plan()
+    assert suite.plan(with_purge_backlog=True)[-1] is purge_backlog.run
+    output = tmp_path / "results.json"
+    only = ("--only", "purge_backlog.run")
+    run = quick_run(output, "--purge-backlog", *only, purpose="purge")
+
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads(output.read_text())["results"]
+    assert set(results) == {"purge_backlog_lease_recovery"}
+    recovery = results["purge_backlog_lease_recovery"]
+    assert recovery["value"] > 0
+    assert recovery["n"] == QUICK.purge_backlog_rows
+    assert recovery["details"]["finished_rows_left"] > 0
+
+
+#: What ``--tracing`` adds: both drains, their ratio, both enqueue rates and the hook's costs.
+TRACING = {
+    "tracing_drain_plain",
+    "tracing_drain_traced",
+    "tracing_drain_ratio",
+    "tracing_enqueue_plain",
+    "tracing_enqueue_traced",
+    "tracing_enqueue_cost",
+    "tracing_hook_call",
+}
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 20)
+def test_quick_tracing_drains_and_enqueues_with_and_without_the_middleware(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "results.json"
+    run = quick_run(output, "--tracing", "--only", "tracing.run", purpose="tracing")
+
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads(output.read_text())["results"]
+    assert set(results) == TRACING
+    # The enqueue cost is a difference of two rates: on a quick run it may come out negative.
+    figures = {key: results[key]["value"] for key in TRACING - {"tracing_enqueue_cost"}}
+    assert all(figure > 0 for figure in figures.values()), figures
+    for drain in ("plain", "traced"):
+        assert results[f"tracing_drain_{drain}"]["details"]["worker_cpu_us_per_job"] > 0

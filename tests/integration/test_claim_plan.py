@@ -18,6 +18,9 @@ from django_dbqueue.models import TERMINAL_STATES, Job
 from tests.testapp.models import Order
 
 BACKLOG = 100_000
+#: The ready index, and its part without serial keys (where keyless claim candidates come from).
+READY_INDEXES = ("dbqueue_job_ready", "dbqueue_job_ready_keyless")
+INDEX_SCANS = ("Index Scan", "Index Only Scan")
 
 
 @pytest.fixture
@@ -126,7 +129,7 @@ def test_claim_reads_ready_jobs_through_the_ready_index(
     big_backlog: None, queues: list[str] | None
 ) -> None:
     scans = scanned_relations(claim_plan(queues))
-    assert "Index Scan:dbqueue_job_ready" in scans or "Index Only Scan:dbqueue_job_ready" in scans
+    assert any(f"{how}:{index}" in scans for how in INDEX_SCANS for index in READY_INDEXES), scans
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
 
@@ -146,7 +149,8 @@ def test_the_claim_runs_one_path_and_its_plain_path_reads_the_ready_index_in_ord
     assert all(count == 0 for path, count in loops.items() if path != taken), loops
     plain = subplan(plan, "CTE plain_chosen")
     scans = scanned_relations(plain)
-    assert scans == {"Index Scan:dbqueue_job_ready"}, scans
+    assert len(scans) == 1, scans
+    assert scans <= {f"Index Scan:{index}" for index in READY_INDEXES}, scans
     assert not any(node["Node Type"] == "Sort" for node in plan_nodes(plain)), (
         "the ready index gives the claim order: nothing to sort"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,9 @@ from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker import completer as completer_module
 from django_dbqueue.worker.completer import Completer, WriteNotTaken
-from django_dbqueue.worker.reporter import Outcome
+from django_dbqueue.worker.execute import execute
+from django_dbqueue.worker.outcome import Outcome
+from tests.integration.test_leases import row_locked_elsewhere, run_in_thread
 from tests.jobs import tasks
 from tests.waiting import wait_until
 
@@ -35,7 +38,7 @@ def test_complete_many_applies_each_row_only_while_its_own_lease_holds() -> None
     Job.objects.filter(pk=lost.job_id).update(lease_until=timezone.now() - timedelta(seconds=1))
     impostor = leases.Lease(**{**stolen.__dict__, "worker_id": "w2"})
     done = [(kept, '{"n": 1}'), (lost, None), (impostor, None)]
-    assert leases.complete_many(done) == {kept.job_id}
+    assert leases.complete_many(done) == leases.Completion(completed={kept.job_id})
     states = dict(Job.objects.values_list("pk", "state"))
     assert states == {
         kept.job_id: JobState.SUCCEEDED,
@@ -50,7 +53,7 @@ def test_complete_many_of_nothing_writes_nothing(
     django_assert_num_queries: DjangoAssertNumQueries,
 ) -> None:
     with django_assert_num_queries(0):
-        assert leases.complete_many([]) == set()
+        assert leases.complete_many([]) == leases.Completion(completed=set())
 
 
 class Reports:
@@ -94,7 +97,9 @@ def test_results_that_queue_up_during_a_write_share_the_next_statement(
     writing = threading.Event()
     write = leases.complete_many
 
-    def hold_first_write_until_the_rest_queue(done: list[tuple[leases.Lease, str]]) -> set[int]:
+    def hold_first_write_until_the_rest_queue(
+        done: list[tuple[leases.Lease, str]],
+    ) -> leases.Completion:
         if not batches:
             writing.set()
             wait_until(
@@ -105,10 +110,10 @@ def test_results_that_queue_up_during_a_write_share_the_next_statement(
 
     monkeypatch.setattr(leases, "complete_many", hold_first_write_until_the_rest_queue)
     with running(completer):
-        completer.hand_over(JobContext(first), {"id": first.job_id}, time.monotonic())
+        completer.succeeded(JobContext(first), {"id": first.job_id}, time.monotonic())
         assert writing.wait(WAIT)  # the first result is being written alone
         for lease in rest:
-            completer.hand_over(JobContext(lease), {"id": lease.job_id}, time.monotonic())
+            completer.succeeded(JobContext(lease), {"id": lease.job_id}, time.monotonic())
         assert completer.backlog == 8
         outcomes = reports.wait_for(8)
     assert batches == [1, 7]
@@ -126,17 +131,74 @@ def test_a_row_whose_lease_was_lost_is_reported_lost_and_left_alone() -> None:
     reports = Reports()
     with running(Completer(threading.Event(), reports)) as completer:
         for lease in (kept, lost):
-            completer.hand_over(JobContext(lease), None, time.monotonic())
+            completer.succeeded(JobContext(lease), None, time.monotonic())
         outcomes = reports.wait_for(2)
     assert outcomes == {kept.job_id: Outcome.SUCCEEDED, lost.job_id: Outcome.LEASE_LOST}
     assert Job.objects.get(pk=lost.job_id).state == JobState.RUNNING
+
+
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+def test_a_locked_row_holds_back_neither_its_batch_nor_later_ones_and_is_written_after() -> None:
+    tasks.noop.enqueue_many([((), {})] * 4)
+    locked, *others, later = leases.claim(None, "w1", 4)
+    reports = Reports()
+    with running(Completer(threading.Event(), reports)) as completer:
+        with row_locked_elsewhere(locked.job_id):
+            for lease in (locked, *others):
+                completer.succeeded(JobContext(lease), None, time.monotonic())
+            assert reports.wait_for(2) == {lease.job_id: Outcome.SUCCEEDED for lease in others}
+            completer.succeeded(JobContext(later), None, time.monotonic())
+            reports.wait_for(3)
+            assert locked.job_id not in reports.outcomes
+            assert completer.backlog == 1
+        assert reports.wait_for(4)[locked.job_id] is Outcome.SUCCEEDED
+    assert Job.objects.succeeded().count() == 4
+
+
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+def test_a_row_locked_for_the_lease_length_is_left_unrecorded() -> None:
+    tasks.noop.enqueue()
+    (lease,) = leases.claim(None, "w1", 1)
+    short = dataclasses.replace(lease, lease_seconds=1)
+    reports = Reports()
+    with (
+        running(Completer(threading.Event(), reports)) as completer,
+        row_locked_elsewhere(lease.job_id),
+    ):
+        completer.succeeded(JobContext(short), None, time.monotonic())
+        assert reports.wait_for(1) == {lease.job_id: Outcome.UNRECORDED}
+    assert Job.objects.get(pk=lease.job_id).state == JobState.RUNNING
+
+
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+def test_a_failure_on_a_locked_row_waits_in_its_job_thread_not_in_the_completer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failing, succeeding = tasks.permanent.enqueue(), tasks.noop.enqueue()
+    (failed,) = leases.claim_jobs([failing.pk], "w1")
+    (succeeded,) = leases.claim_jobs([succeeding.pk], "w1")
+    reports = Reports()
+    outcomes: list[Outcome] = []
+    with running(Completer(threading.Event(), reports)) as completer:
+        with row_locked_elsewhere(failed.job_id):
+            job_thread = run_in_thread(lambda: outcomes.append(execute(failed, writer=completer)))
+            wait_until(lambda: "not written yet (transaction conflict)" in caplog.text, WAIT)
+            completer.succeeded(JobContext(succeeded), None, time.monotonic())
+            assert reports.wait_for(1) == {succeeded.job_id: Outcome.SUCCEEDED}
+            assert Job.objects.get(pk=failed.job_id).state == JobState.RUNNING
+        job_thread.join(WAIT)
+    assert outcomes == [Outcome.DEAD]
+    assert Job.objects.get(pk=failed.job_id).state == JobState.DEAD
 
 
 def test_a_result_that_is_not_json_is_refused_before_anything_is_queued() -> None:
     completer = Completer(threading.Event(), Reports())
     lease = leases.Lease(1, 1, "w1", "t", [], {}, 1, 1, timezone.now(), 30, "default")
     with pytest.raises(ResultNotSerializable):
-        completer.hand_over(JobContext(lease), {1, 2}, time.monotonic())
+        completer.succeeded(JobContext(lease), {1, 2}, time.monotonic())
     assert completer._inbox.empty()
     assert completer.backlog == 0
 
@@ -150,7 +212,7 @@ def test_a_failed_batch_write_is_tried_again_while_the_lease_may_live(
     write = leases.complete_many
     tries: list[int] = []
 
-    def fail_once(done: list[tuple[leases.Lease, str]]) -> set[int]:
+    def fail_once(done: list[tuple[leases.Lease, str]]) -> leases.Completion:
         tries.append(len(done))
         if len(tries) == 1:
             raise OperationalError("server closed the connection")
@@ -159,7 +221,7 @@ def test_a_failed_batch_write_is_tried_again_while_the_lease_may_live(
     monkeypatch.setattr(leases, "complete_many", fail_once)
     reports = Reports()
     with running(Completer(threading.Event(), reports)) as completer:
-        completer.hand_over(JobContext(lease), None, time.monotonic())
+        completer.succeeded(JobContext(lease), None, time.monotonic())
         assert reports.wait_for(1) == {lease.job_id: Outcome.SUCCEEDED}
     assert tries == [1, 1]
     assert Job.objects.get(pk=lease.job_id).state == JobState.SUCCEEDED
@@ -170,7 +232,7 @@ def test_a_failed_batch_write_is_tried_again_while_the_lease_may_live(
 def test_a_write_that_cannot_be_made_in_time_is_left_unrecorded(
     monkeypatch: pytest.MonkeyPatch, why: str
 ) -> None:
-    def refuse(done: object) -> set[int]:
+    def refuse(done: object) -> leases.Completion:
         raise OperationalError("server closed the connection")
 
     monkeypatch.setattr(leases, "complete_many", refuse)
@@ -183,7 +245,7 @@ def test_a_write_that_cannot_be_made_in_time_is_left_unrecorded(
         context.lease_lost.set()
     reports = Reports()
     with running(Completer(threading.Event(), reports)) as completer:
-        completer.hand_over(context, None, time.monotonic())
+        completer.succeeded(context, None, time.monotonic())
         assert reports.wait_for(1) == {1: Outcome.UNRECORDED}
     assert completer.backlog == 0
 
@@ -196,7 +258,7 @@ def test_a_row_the_database_refuses_fails_alone_dead_and_the_completer_goes_on(
     good, bad, other = leases.claim(None, "w1", 3)
     write = leases.complete_many
 
-    def refuse_the_bad_row(done: list[tuple[leases.Lease, str]]) -> set[int]:
+    def refuse_the_bad_row(done: list[tuple[leases.Lease, str]]) -> leases.Completion:
         if any(lease.job_id == bad.job_id for lease, _ in done):
             raise DataError("unsupported Unicode escape sequence")
         return write(done)
@@ -205,7 +267,7 @@ def test_a_row_the_database_refuses_fails_alone_dead_and_the_completer_goes_on(
     reports = Reports()
     with running(Completer(threading.Event(), reports)) as completer:
         for lease in (good, bad, other):
-            completer.hand_over(JobContext(lease), None, time.monotonic())
+            completer.succeeded(JobContext(lease), None, time.monotonic())
         outcomes = reports.wait_for(3)
         assert completer.is_alive()
     assert outcomes == {
@@ -233,7 +295,7 @@ def test_a_batch_keeps_under_the_byte_cap_and_a_larger_result_is_written_alone(
     write = leases.complete_many
     batches: list[list[int]] = []
 
-    def record_each_batch(done: list[tuple[leases.Lease, str]]) -> set[int]:
+    def record_each_batch(done: list[tuple[leases.Lease, str]]) -> leases.Completion:
         batches.append([len(encoded) for _, encoded in done])
         return write(done)
 
@@ -242,7 +304,7 @@ def test_a_batch_keeps_under_the_byte_cap_and_a_larger_result_is_written_alone(
     completer = Completer(threading.Event(), reports)
     # Handed over before the completer starts, so its first gather takes all five at once.
     for lease, length in zip(claimed, (300, 300, 300, 1500, 300), strict=True):
-        completer.hand_over(JobContext(lease), "x" * length, time.monotonic())
+        completer.succeeded(JobContext(lease), "x" * length, time.monotonic())
     with running(completer):
         outcomes = reports.wait_for(5)
     assert batches == [[302, 302, 302], [1502], [302]]
@@ -266,11 +328,11 @@ def test_a_success_whose_reply_was_lost_is_reported_succeeded_once(
     write = leases.complete_many
     tries: list[int] = []
 
-    def commit_then_lose_the_reply(done: list[tuple[leases.Lease, str]]) -> set[int]:
+    def commit_then_lose_the_reply(done: list[tuple[leases.Lease, str]]) -> leases.Completion:
         tries.append(len(done))
         written = write(done)
         if len(tries) == 1:
-            assert written == {lease.job_id}  # the server committed it ...
+            assert written.completed == {lease.job_id}  # the server committed it ...
             raise OperationalError("server closed the connection unexpectedly")  # ... unheard
         return written
 
@@ -283,7 +345,7 @@ def test_a_success_whose_reply_was_lost_is_reported_succeeded_once(
         arrived.set()
 
     with running(Completer(threading.Event(), written)) as completer:
-        completer.hand_over(JobContext(lease), None, time.monotonic())
+        completer.succeeded(JobContext(lease), None, time.monotonic())
         assert arrived.wait(WAIT)
     assert tries == [1, 1]
     assert reports == [(lease.job_id, Outcome.SUCCEEDED)]
@@ -299,7 +361,7 @@ def test_a_read_only_database_is_waited_out_not_reported_unrecorded(
     write = leases.complete_many
     refusals = iter([read_only_error(), read_only_error()])
 
-    def read_only_for_two_tries(done: list[tuple[leases.Lease, str]]) -> set[int]:
+    def read_only_for_two_tries(done: list[tuple[leases.Lease, str]]) -> leases.Completion:
         for refusal in refusals:
             raise refusal
         return write(done)
@@ -307,7 +369,7 @@ def test_a_read_only_database_is_waited_out_not_reported_unrecorded(
     monkeypatch.setattr(leases, "complete_many", read_only_for_two_tries)
     reports = Reports()
     with running(Completer(threading.Event(), reports)) as completer:
-        completer.hand_over(JobContext(lease), None, time.monotonic())
+        completer.succeeded(JobContext(lease), None, time.monotonic())
         assert reports.wait_for(1) == {lease.job_id: Outcome.SUCCEEDED}
     assert Job.objects.get(pk=lease.job_id).state == JobState.SUCCEEDED
 
@@ -326,9 +388,9 @@ def test_a_failing_report_neither_stops_the_completer_nor_the_next_report() -> N
         reports(written)
 
     with running(Completer(threading.Event(), fail_on_the_first)) as completer:
-        completer.hand_over(JobContext(first), None, time.monotonic())
+        completer.succeeded(JobContext(first), None, time.monotonic())
         assert failed.wait(WAIT)
-        completer.hand_over(JobContext(second), None, time.monotonic())
+        completer.succeeded(JobContext(second), None, time.monotonic())
         assert reports.wait_for(1) == {second.job_id: Outcome.SUCCEEDED}
         assert completer.is_alive()
     assert completer.backlog == 0
@@ -403,7 +465,7 @@ def test_successes_that_queue_up_together_are_reported_in_one_call() -> None:
 
     completer = Completer(threading.Event(), written)
     for lease in claimed:  # queued before the completer starts: one batch
-        completer.hand_over(JobContext(lease), None, time.monotonic())
+        completer.succeeded(JobContext(lease), None, time.monotonic())
     with running(completer):
         assert done.wait(WAIT)
     assert calls == [[lease.job_id for lease in claimed]]

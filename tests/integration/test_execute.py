@@ -32,7 +32,7 @@ from django_dbqueue.errors import (
 )
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.execute import execute
-from django_dbqueue.worker.reporter import Outcome
+from django_dbqueue.worker.outcome import Outcome
 from tests.factories import JobFactory
 from tests.jobs import execute_tasks, tasks, unstorable_tasks
 from tests.refusals import refusing
@@ -397,8 +397,8 @@ class TestLostReply:
         real = leases.fail
         tries: list[bool] = []
 
-        def commit_then_lose_the_reply(*args: Any) -> bool:
-            applied = real(*args)
+        def commit_then_lose_the_reply(*args: Any, **kwargs: Any) -> bool:
+            applied = real(*args, **kwargs)
             tries.append(applied)
             if len(tries) == 1:
                 raise OperationalError("server closed the connection unexpectedly")
@@ -810,7 +810,7 @@ class TestJobStarted:
 def test_an_outcome_the_database_refuses_is_written_in_its_minimal_form_on_the_first_attempt() -> (
     None
 ):
-    """Written where it runs (``write_here``: eager mode, ``run_jobs``), as the worker does."""
+    """Written where it runs (``InlineWriter``: eager mode, ``run_jobs``), as the worker does."""
     with refusing(unstorable_tasks.REFUSED_TEXT):
         success = unstorable_tasks.returns.enqueue("refused")
         assert execute(claim(success)) is Outcome.DEAD

@@ -1,4 +1,4 @@
-"""What a job's arguments and result come back as, per database (README: Databases).
+"""What a job's arguments and result come back as, per database (docs/howto/databases.md).
 
 SQLite and MariaDB store the JSON text as written, so every value comes back as it went
 in. PostgreSQL's ``jsonb`` keeps the value of each number and string but not its spelling
@@ -44,7 +44,7 @@ def given_back(value: Any, on_postgresql: Any) -> str:
 @pytest.fixture(autouse=True)
 def not_mysql() -> None:
     if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
-        pytest.skip("MySQL's binary JSON is not measured here (README: Databases)")
+        pytest.skip("MySQL's binary JSON is not measured here (docs/howto/databases.md)")
 
 
 @pytest.mark.parametrize(("value", "on_postgresql"), CASES)

@@ -56,8 +56,8 @@ def test_a_serial_key_differing_only_in_case_does_not_hold_a_job_back() -> None:
 
 
 def test_periodic_slots_of_task_names_differing_only_in_case_are_two_slots() -> None:
-    PeriodicSlot.objects.create(task="reports.Nightly", last_slot="2026-01-01T00:00Z")
-    PeriodicSlot.objects.create(task="reports.nightly", last_slot="2026-01-01T00:00Z")
+    PeriodicSlot.objects.create(task="reports.Nightly", last_slot=1_767_225_600)
+    PeriodicSlot.objects.create(task="reports.nightly", last_slot=1_767_225_600)
 
     assert PeriodicSlot.objects.filter(task="reports.nightly").count() == 1
 

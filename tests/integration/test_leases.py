@@ -11,16 +11,17 @@ from datetime import timedelta
 from typing import TypeVar
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django import Settings
 
 from django_dbqueue import leases, reaper, sql
-from django_dbqueue.errors import LEASE_EXPIRED, ErrorInfo
+from django_dbqueue.errors import LEASE_EXPIRED, SHUTDOWN, ErrorInfo
 from django_dbqueue.exceptions import ResultNotSerializable
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.retry import Backoff
+from django_dbqueue.worker.faults import Fault, classify
 from tests.factories import JobFactory
 from tests.jobs import tasks
 
@@ -223,7 +224,8 @@ class TestFencing:
         assert leases.renew([stale]) == set()
         assert leases.complete(stale, {"from": "a"}) is False
         assert leases.fail(stale, ErrorInfo("BOOM", "a failed"), None) is False
-        assert leases.release(stale) is False
+        assert leases.release(stale, started=False) is False
+        assert leases.release(stale, started=True) is False
         after = Job.objects.get(pk=stale.job_id)
         assert (after.state, after.worker_id, after.lease_token, after.lease_until) == (
             before.state,
@@ -271,6 +273,74 @@ class TestFencing:
         assert f"lease lost action=complete job={lease.job_id} worker=a" in caplog.text
 
 
+@pytest.mark.locking
+@pytest.mark.django_db(transaction=True)
+class TestARowLockedElsewhere:
+    """One job row locked by another transaction holds back that job's writes, never the batch."""
+
+    def test_renew_skips_the_locked_lease_and_extends_the_others(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue_many([((), {})] * 3)
+        locked, *others = leases.claim(None, "w1", 3)
+        before = dict(Job.objects.values_list("pk", "lease_until"))
+        with row_locked_elsewhere(locked.job_id):
+            renewal = finishes_without_waiting(lambda: leases.renew_all([locked, *others]))
+        assert renewal.owned == {lease.job_id for lease in others}
+        assert renewal.skipped == {locked.job_id}
+        assert renewal.lost == set()
+        assert "lease lost" not in caplog.text
+        after = dict(Job.objects.values_list("pk", "lease_until"))
+        assert after[locked.job_id] == before[locked.job_id]
+        assert all(after[lease.job_id] > before[lease.job_id] for lease in others)
+        assert leases.renew_all([locked]).owned == {locked.job_id}
+
+    def test_complete_many_skips_the_locked_row_and_completes_the_others(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 3)
+        locked, *others = leases.claim(None, "w1", 3)
+        done = [(lease, '{"ok": true}') for lease in (locked, *others)]
+        with row_locked_elsewhere(locked.job_id):
+            completion = finishes_without_waiting(lambda: leases.complete_many(done))
+        assert completion.completed == {lease.job_id for lease in others}
+        assert completion.skipped == {locked.job_id}
+        assert Job.objects.get(pk=locked.job_id).state == JobState.RUNNING
+        assert leases.complete_many(done[:1]) == leases.Completion(completed={locked.job_id})
+
+    def test_fail_of_a_locked_row_raises_a_transient_conflict_at_once(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        raised: list[Fault] = []
+
+        def fail() -> None:
+            try:
+                leases.fail(lease, ErrorInfo("BOOM", "boom"), None)
+            except DatabaseError as exc:
+                raised.append(classify(exc))
+
+        with row_locked_elsewhere(lease.job_id):
+            finishes_without_waiting(fail)
+        assert raised == [Fault.CONFLICT]
+        assert Job.objects.get(pk=lease.job_id).state == JobState.RUNNING
+        assert leases.fail(lease, ErrorInfo("BOOM", "boom"), None) is True
+
+    def test_complete_of_one_job_writes_it_once_the_lock_is_gone(self) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        holding, finished = threading.Event(), threading.Event()
+
+        def hold_lock_briefly() -> None:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(pk=lease.job_id)
+                holding.set()
+                finished.wait(0.5)
+
+        holder = run_in_thread(hold_lock_briefly)
+        assert holding.wait(WAIT)
+        assert leases.complete(lease, None) is True
+        holder.join(WAIT)
+        assert Job.objects.get(pk=lease.job_id).state == JobState.SUCCEEDED
+
+
 @pytest.mark.django_db
 class TestOwnWritesAreNotLostLeases:
     """A write or renewal that finds the job settled by this very lease is not a lost lease."""
@@ -312,8 +382,8 @@ class TestOwnWritesAreNotLostLeases:
     ) -> None:
         tasks.noop.enqueue()
         lease = claim_one()
-        assert leases.complete_many([(lease, '{"n": 1}')]) == {lease.job_id}
-        assert leases.complete_many([(lease, '{"n": 1}')]) == {lease.job_id}
+        assert leases.complete_many([(lease, '{"n": 1}')]).completed == {lease.job_id}
+        assert leases.complete_many([(lease, '{"n": 1}')]).completed == {lease.job_id}
         assert "lease lost" not in caplog.text
 
     def test_a_failure_tried_again_after_a_lost_reply_counts_as_recorded(
@@ -362,7 +432,7 @@ class TestTransitions:
     def test_release_refunds_the_attempt_keeps_the_token_and_is_due_now(self) -> None:
         tasks.noop.enqueue()
         lease = claim_one()
-        assert leases.release(lease) is True
+        assert leases.release(lease, started=False) is True
         job = Job.objects.get(pk=lease.job_id)
         assert (job.state, job.attempts, job.lease_token, job.errors) == (
             JobState.READY,
@@ -371,6 +441,31 @@ class TestTransitions:
             [],
         )
         assert claim_one().lease_token == 2
+
+    def test_release_of_a_started_attempt_counts_it_with_a_shutdown_entry_due_now(
+        self,
+    ) -> None:
+        tasks.noop.enqueue()
+        lease = claim_one()
+        assert leases.release(lease, started=True) is True
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.attempts, job.lease_token, job.last_error_code) == (
+            JobState.READY,
+            1,
+            1,
+            SHUTDOWN,
+        )
+        assert [(entry["attempt"], entry["code"]) for entry in job.errors] == [(1, SHUTDOWN)]
+        assert Job.objects.due().filter(pk=job.pk).exists()
+
+    def test_release_of_a_started_last_attempt_makes_the_job_dead(self) -> None:
+        job = tasks.noop.enqueue()
+        Job.objects.filter(pk=job.pk).update(max_attempts=1)
+        lease = claim_one()
+        assert leases.release(lease, started=True) is True
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.last_error_code) == (JobState.DEAD, 1, SHUTDOWN)
+        assert job.finished_at is not None
 
     def test_fail_with_retry_at_makes_the_job_ready_then(self) -> None:
         tasks.noop.enqueue()

@@ -26,7 +26,7 @@ from django_dbqueue import metrics
 from django_dbqueue.metrics import WorkerCollector, prometheus_buckets, serve, worker_registry
 from django_dbqueue.stats import QueueStats
 from django_dbqueue.worker.counters import Histogram, WorkerCounters
-from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from django_dbqueue.worker.worker import Worker, WorkerOptions
 from tests.factories import JobFactory
 from tests.jobs import tasks
 from tests.waiting import wait_until
@@ -47,13 +47,15 @@ WORKER_COUNTERS = [
     "dbqueue_worker_jobs_dead_total",
     "dbqueue_worker_jobs_cancelled_total",
     "dbqueue_worker_lease_lost_total",
-    "dbqueue_worker_renew_failures_total",
+    "dbqueue_worker_leases_lost_total",
     "dbqueue_worker_unrecorded_total",
 ]
 WORKER_HISTOGRAMS = [
     "dbqueue_worker_claim_duration_seconds",
     "dbqueue_worker_run_duration_seconds",
 ]
+#: Labelled worker_id and task.
+TASK_HISTOGRAMS = ["dbqueue_job_queue_wait_seconds", "dbqueue_job_run_duration_seconds"]
 WORKER_GAUGES = ["dbqueue_worker_thread_alive", "dbqueue_worker_hung_slots"]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -201,6 +203,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
     assert types == {
         **{name.removesuffix("_total"): "counter" for name in WORKER_COUNTERS},
         **dict.fromkeys(WORKER_HISTOGRAMS, "histogram"),
+        **dict.fromkeys(TASK_HISTOGRAMS, "histogram"),
         **dict.fromkeys(WORKER_GAUGES, "gauge"),
     }
     for thread in ("dbqueue-heartbeat", "dbqueue-completer", "dbqueue-slot-0"):
@@ -214,7 +217,7 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
         "dbqueue_worker_jobs_dead_total": 1,
         "dbqueue_worker_jobs_cancelled_total": 0,
         "dbqueue_worker_lease_lost_total": 0,
-        "dbqueue_worker_renew_failures_total": 0,
+        "dbqueue_worker_leases_lost_total": 0,
         "dbqueue_worker_unrecorded_total": 0,
     }
     run = "dbqueue_worker_run_duration_seconds"
@@ -223,6 +226,13 @@ def test_worker_counters_and_histograms_after_a_burst() -> None:
     assert value(samples, f"{run}_sum", worker_id="w-metrics") > 0
     claims = value(samples, "dbqueue_worker_claim_duration_seconds_count", worker_id="w-metrics")
     assert claims >= 5  # one claim per job at concurrency 1, then the empty one ending the burst
+    for name in TASK_HISTOGRAMS:
+        per_task = {
+            dict(labels)["task"]: count
+            for (sample, labels), count in samples.items()
+            if sample == f"{name}_count"
+        }
+        assert per_task == {tasks.noop.name: 2, tasks.permanent.name: 1, tasks.flaky.name: 1}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -242,6 +252,7 @@ class TestMetricsServer:
         assert set(types) == {
             *(name.removesuffix("_total") for name in WORKER_COUNTERS),
             *WORKER_HISTOGRAMS,
+            *TASK_HISTOGRAMS,
             *WORKER_GAUGES,
             *QUEUE_GAUGES,
         }

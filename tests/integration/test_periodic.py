@@ -22,7 +22,7 @@ from pytest_django import DjangoAssertNumQueries
 from django_dbqueue import InvalidJob, dashboard, periodic
 from django_dbqueue.models import Job, PeriodicSlot
 from django_dbqueue.periodic import Schedule, Scheduler, enqueue_due
-from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from django_dbqueue.worker.worker import Worker, WorkerOptions
 from tests.jobs.periodic_tasks import nightly, report, tick
 from tests.testapp.models import Execution
 from tests.waiting import wait_until
@@ -54,7 +54,9 @@ def every(cron: str, task: Any = report, **options: Any) -> Schedule:
 
 
 def record_slot(schedule: Schedule, slot: datetime) -> None:
-    PeriodicSlot.objects.update_or_create(task=schedule.name, defaults={"last_slot": slot})
+    PeriodicSlot.objects.update_or_create(
+        task=schedule.name, defaults={"last_slot": periodic.to_epoch(slot)}
+    )
 
 
 def slot_of(job: Job) -> str:
@@ -218,7 +220,7 @@ class TestEnqueueDue:
         schedule = every("*/5 * * * *")
         assert enqueue_due(NOON + timedelta(minutes=2)) == []
         assert not Job.objects.exists()
-        assert PeriodicSlot.objects.get(task=schedule.name).last_slot == NOON
+        assert PeriodicSlot.objects.get(task=schedule.name).slot == NOON
 
     def test_the_next_slot_after_first_sight_is_enqueued_once(self) -> None:
         every("*/5 * * * *")
@@ -256,7 +258,7 @@ class TestEnqueueDue:
         (job,) = enqueue_due(NOON + timedelta(minutes=3))
         assert Job.objects.count() == 1
         assert slot_of(job) == NOON.isoformat()
-        assert PeriodicSlot.objects.get(task=schedule.name).last_slot == NOON
+        assert PeriodicSlot.objects.get(task=schedule.name).slot == NOON
 
     def test_a_purged_job_does_not_make_its_slot_run_again(self) -> None:
         every("*/5 * * * *")
@@ -270,7 +272,7 @@ class TestEnqueueDue:
         schedule = every("*/5 * * * *")
         record_slot(schedule, NOON)
         assert enqueue_due(NOON - timedelta(minutes=7)) == []
-        assert PeriodicSlot.objects.get(task=schedule.name).last_slot == NOON
+        assert PeriodicSlot.objects.get(task=schedule.name).slot == NOON
 
     def test_the_slot_and_its_job_commit_or_roll_back_together(self) -> None:
         schedule = every("*/5 * * * *")
@@ -284,7 +286,7 @@ class TestEnqueueDue:
         with pytest.raises(RuntimeError):
             enqueue_then_fail()
         assert not Job.objects.exists()
-        assert PeriodicSlot.objects.get(task=schedule.name).last_slot == NOON - timedelta(minutes=5)
+        assert PeriodicSlot.objects.get(task=schedule.name).slot == NOON - timedelta(minutes=5)
 
     def test_a_job_that_cannot_be_enqueued_is_logged_and_the_others_still_are(
         self, settings: Any, caplog: pytest.LogCaptureFixture
@@ -302,7 +304,7 @@ class TestEnqueueDue:
             in caplog.text
         )
         assert "not in DBQUEUE['QUEUES']" in caplog.text
-        assert PeriodicSlot.objects.get(task=blocked.name).last_slot == NOON - timedelta(minutes=5)
+        assert PeriodicSlot.objects.get(task=blocked.name).slot == NOON - timedelta(minutes=5)
 
     def test_a_scheduler_queries_again_only_once_a_new_slot_is_due(
         self, django_assert_num_queries: DjangoAssertNumQueries
@@ -319,15 +321,68 @@ class TestEnqueueDue:
         with pytest.raises(ValueError, match="aware"):
             enqueue_due(datetime(2025, 3, 3, 12))  # naive: the value under test
 
-    def test_slots_are_stored_as_local_time_when_use_tz_is_off(self, settings: Any) -> None:
-        settings.USE_TZ = False
+    @pytest.mark.parametrize("use_tz", [False, True])
+    def test_slots_are_stored_as_utc_epoch_seconds_whatever_use_tz_says(
+        self, settings: Any, use_tz: bool
+    ) -> None:
+        settings.USE_TZ = use_tz
         settings.TIME_ZONE = "Europe/Paris"
         schedule = every("*/5 * * * *")
         enqueue_due(NOON)
         (job,) = enqueue_due(NOON + timedelta(minutes=5))
         assert slot_of(job) == (NOON + timedelta(minutes=5)).isoformat()
-        stored = PeriodicSlot.objects.get(task=schedule.name).last_slot
-        assert stored == datetime(2025, 3, 3, 13, 5)  # naive: USE_TZ is off
+        stored = PeriodicSlot.objects.get(task=schedule.name)
+        assert stored.last_slot == int((NOON + timedelta(minutes=5)).timestamp())
+        assert stored.slot == NOON + timedelta(minutes=5)
+
+
+@pytest.mark.django_db
+class TestDaylightSavingTime:
+    """Every slot is enqueued through both DST transitions of ``TIME_ZONE``, whatever ``USE_TZ``.
+
+    Paris: on 2024-10-27 03:00 CEST falls back to 02:00 CET at 01:00 UTC, so local
+    02:00-03:00 happens twice; on 2024-03-31 02:00 CET springs to 03:00 CEST at
+    01:00 UTC. The worker looks every minute for two hours around the change.
+    """
+
+    FALL_BACK = at(2024, 10, 27, 1)
+    SPRING_FORWARD = at(2024, 3, 31, 1)
+
+    @staticmethod
+    def enqueued_across(change: datetime) -> list[str]:
+        """The slots enqueued by a look every minute from an hour before ``change`` to an
+        hour after, each look a fresh process (nothing remembered but the database)."""
+        start = change - timedelta(hours=1)
+        jobs: list[Job] = []
+        for minute in range(2 * 60 + 1):
+            jobs += enqueue_due(start + timedelta(minutes=minute))
+        return [slot_of(job) for job in jobs]
+
+    @pytest.mark.parametrize("use_tz", [False, True], ids=["use_tz_off", "use_tz_on"])
+    @pytest.mark.parametrize("change", [FALL_BACK, SPRING_FORWARD], ids=["fall_back", "spring"])
+    def test_a_utc_schedule_enqueues_every_slot_across_a_change_of_time_zone_offset(
+        self, settings: Any, use_tz: bool, change: datetime
+    ) -> None:
+        settings.USE_TZ = use_tz
+        settings.TIME_ZONE = "Europe/Paris"
+        every("*/15 * * * *")
+        start = change - timedelta(hours=1)
+        # First sight records the first slot; the other 8 of the two hours are enqueued.
+        expected = [(start + timedelta(minutes=15 * n)).isoformat() for n in range(1, 9)]
+        assert self.enqueued_across(change) == expected
+
+    @pytest.mark.parametrize("use_tz", [False, True], ids=["use_tz_off", "use_tz_on"])
+    def test_a_local_schedule_runs_at_both_times_of_the_repeated_hour(
+        self, settings: Any, use_tz: bool
+    ) -> None:
+        settings.USE_TZ = use_tz
+        settings.TIME_ZONE = "Europe/Paris"
+        every("30 2 * * *", timezone="Europe/Paris")
+        # 02:30 local is 00:30 UTC (CEST), then again 01:30 UTC (CET).
+        assert self.enqueued_across(self.FALL_BACK) == [
+            at(2024, 10, 27, 0, 30).isoformat(),
+            at(2024, 10, 27, 1, 30).isoformat(),
+        ]
 
 
 # --- concurrency: many workers, one job per slot ---------------------------------------------
@@ -372,12 +427,12 @@ class TestConcurrentWorkers:
             (job,) = race(8, lambda slot=slot: enqueue_due(slot + timedelta(seconds=30)))
             assert slot_of(job) == slot.isoformat()
         assert Job.objects.count() == len(slots)
-        assert PeriodicSlot.objects.get(task=schedule.name).last_slot == slots[-1]
+        assert PeriodicSlot.objects.get(task=schedule.name).slot == slots[-1]
 
     def test_concurrent_first_sight_records_one_row_and_enqueues_nothing(self) -> None:
         schedule = every("*/5 * * * *")
         assert race(8, lambda: enqueue_due(NOON)) == []
-        assert list(PeriodicSlot.objects.values_list("task", "last_slot")) == [
+        assert [(row.task, row.slot) for row in PeriodicSlot.objects.all()] == [
             (schedule.name, NOON)
         ]
         assert not Job.objects.exists()

@@ -76,6 +76,24 @@ class TestPurge:
         assert reaper.purge(batch_size=2) == 5
         assert Job.objects.count() == 0
 
+    def test_purge_with_a_spent_time_budget_deletes_one_batch_and_leaves_the_rest(
+        self,
+    ) -> None:
+        for _ in range(5):
+            finished_ago(timedelta(days=2), succeeded=True)
+        assert reaper.purge(batch_size=2, time_budget=0) == 2
+        assert Job.objects.count() == 3
+        assert reaper.purge(batch_size=2, time_budget=60) == 3
+
+    def test_sweep_purges_for_a_share_of_the_reaper_interval_only(self, settings: Settings) -> None:
+        settings.DBQUEUE = {"REAPER_INTERVAL": 0.001}
+        finished_at = timezone.now() - timedelta(days=2)
+        Job.objects.bulk_create(
+            JobFactory.build_batch(reaper.PURGE_BATCH + 1, succeeded=True, finished_at=finished_at)
+        )
+        assert reaper.sweep() == (0, reaper.PURGE_BATCH)
+        assert reaper.sweep() == (0, 1)
+
 
 @contextmanager
 def requeued_on_pre_delete() -> Iterator[list[int]]:

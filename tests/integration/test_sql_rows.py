@@ -27,6 +27,7 @@ CLAIM_COLUMNS = {
     "priority",
     "run_at",
     "backend",
+    "meta",
 }
 #: The column list that ends each vendor's claim block: RETURNING, or MySQL's final SELECT.
 LAST_COLUMN_LIST = re.compile(r"(RETURNING|SELECT)\s+((?:[\w.]+,\s*)*[\w.]+)(\s+FROM\b|\s*$)")

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_dbqueue import leases, sql
-from tests.integration.test_claim_plan import plan_nodes, top_node
+from tests.integration.test_claim_plan import READY_INDEXES, plan_nodes, top_node
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
 
@@ -84,7 +84,7 @@ def drain(count: int) -> None:
     while done < count:
         claimed = leases.claim(None, "w1", min(500, count - done))
         assert claimed
-        assert leases.complete_many([(lease, None) for lease in claimed]) == {
+        assert leases.complete_many([(lease, None) for lease in claimed]).completed == {
             lease.job_id for lease in claimed
         }
         done += len(claimed)
@@ -106,7 +106,7 @@ def ready_index_pages_a_claim_reads() -> int:
     scans: list[dict[str, Any]] = [
         node
         for node in plan_nodes(top_node(json.dumps(plan)))
-        if node.get("Index Name") == "dbqueue_job_ready" and node.get("Actual Loops", 0) > 0
+        if node.get("Index Name") in READY_INDEXES and node.get("Actual Loops", 0) > 0
     ]
     assert scans, plan
     return sum(node["Shared Hit Blocks"] + node["Shared Read Blocks"] for node in scans)
@@ -128,7 +128,8 @@ def test_a_vacuum_clears_the_ready_index_of_drained_jobs_when_few_rows_are_dead(
 
     run("VACUUM dbqueue_job")
     vacuumed = ready_index_pages_a_claim_reads()
-    run("REINDEX INDEX dbqueue_job_ready")
+    for index in READY_INDEXES:
+        run(f"REINDEX INDEX {index}")
     rebuilt = ready_index_pages_a_claim_reads()
 
     # The drained jobs' entries cost the claim pages (the scenario holds); after the vacuum

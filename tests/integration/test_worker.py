@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -10,19 +11,21 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from django_dbqueue import leases, runnable
 from django_dbqueue.context import JobContext
-from django_dbqueue.errors import TASK_NOT_FOUND
+from django_dbqueue.errors import SHUTDOWN, TASK_NOT_FOUND
+from django_dbqueue.exceptions import LeaseLost
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.live import LiveJobs
-from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from django_dbqueue.worker.worker import Worker, WorkerOptions
 from tests.factories import JobFactory
+from tests.integration.test_leases import finishes_without_waiting, row_locked_elsewhere
 from tests.jobs import tasks
 from tests.waiting import wait_until
 
@@ -118,6 +121,17 @@ class TestWorkerInProcess:
         counts = worker.counters.snapshot()
         assert (counts["succeeded"], counts["dead"], counts["retried"]) == (1, 1, 1)
 
+    def test_a_claimed_job_never_calls_back_into_the_worker(self) -> None:
+        worker = Worker(WorkerOptions(concurrency=2))
+        # What a slot, the completer and the reporter call once a job is claimed.
+        hooks = [
+            worker.pool.run,
+            worker.pool._freed,
+            worker.completer.written,
+            worker.reporter.wake,
+        ]
+        assert [getattr(hook, "__self__", None) is worker for hook in hooks] == [False] * 4
+
     def test_max_jobs_stops_after_that_many(self) -> None:
         tasks.noop.enqueue_many([((), {})] * 5)
         Worker(WorkerOptions(max_jobs=2, concurrency=4, poll_interval=0.1)).run()
@@ -138,7 +152,9 @@ class TestWorkerInProcess:
         write = leases.complete_many
         second_claimed_before_first_write: list[bool] = []
 
-        def write_once_the_next_job_is_claimed(done: list[tuple[leases.Lease, str]]) -> set[int]:
+        def write_once_the_next_job_is_claimed(
+            done: list[tuple[leases.Lease, str]],
+        ) -> leases.Completion:
             if not second_claimed_before_first_write:
                 deadline = time.monotonic() + 30
                 while worker.counters.claimed < 2 and time.monotonic() < deadline:
@@ -199,7 +215,7 @@ class TestWorkerInProcess:
             wait_until(lambda: worker.counters.dead == 9, what="nine dead jobs")
         assert tasks.HELD.most_running == 8
 
-    def test_a_claim_batch_met_by_a_shutdown_is_released_not_lost(
+    def test_a_claim_batch_met_by_a_shutdown_is_recorded_not_lost(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setattr(tasks, "HELD", tasks.Held())
@@ -208,11 +224,30 @@ class TestWorkerInProcess:
         with running(worker):
             wait_until(lambda: tasks.HELD.running == 6, what="the batch's six jobs running")
             worker.stop()
-            wait_until(lambda: Job.objects.ready().count() == 6, what="every job released")
+            wait_until(lambda: Job.objects.dead().count() == 6, what="every job released")
             tasks.HELD.let_go(6)
-        assert Job.objects.ready().count() == 6
-        assert set(Job.objects.values_list("attempts", flat=True)) == {0}  # refunded
+        # Their code started: each attempt counts (held has one, so each job is dead).
+        assert set(Job.objects.values_list("attempts", "last_error_code")) == {(1, SHUTDOWN)}
         assert worker.counters.snapshot()["succeeded"] == 0
+
+    def test_a_job_released_before_its_code_started_is_refunded_and_never_runs(self) -> None:
+        worker = Worker(WorkerOptions(poll_interval=60))
+        tasks.noop.enqueue()
+        (lease,) = leases.claim(None, worker.worker_id, 1)
+        context = JobContext(lease)
+        worker.live.add([(context, None)])
+
+        worker._release_unfinished()
+        worker.pool.run(context, runnable.resolve(lease.task, None))  # its slot comes too late
+
+        job = Job.objects.get(pk=lease.job_id)
+        assert (job.state, job.attempts, job.lease_token, job.errors) == (
+            JobState.READY,
+            0,
+            1,
+            [],
+        )
+        assert sum(worker.counters.snapshot().values()) == 0  # no outcome: it never ran
 
     def test_stop_from_another_thread_drains_and_returns(self) -> None:
         worker = Worker(WorkerOptions(poll_interval=30))
@@ -256,21 +291,47 @@ class TestJobThreadConnections:
         self, connected_threads: list[str]
     ) -> None:
         """With Django's default CONN_MAX_AGE = 0, as at the end of a request."""
-        tasks.with_context.enqueue_many([(("a",), {}), (("b",), {})])
+        tasks.reads_the_database.enqueue_many([((), {}), ((), {})])
         Worker(WorkerOptions(burst=True, concurrency=1)).run()
         assert Job.objects.succeeded().count() == 2
-        # One slot ran both jobs: each heartbeat() connected anew, the first connection closed.
+        # One slot ran both jobs: each query connected anew, the first connection closed.
         assert slot_connections(connected_threads) == ["dbqueue-slot-0"] * 2
 
+    @pytest.mark.postgresql
     def test_with_persistent_connections_a_job_thread_keeps_its_connection_for_the_next(
         self, connected_threads: list[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """CONN_MAX_AGE > 0 keeps it from job to job, as from request to request."""
+        """CONN_MAX_AGE > 0 keeps it from job to job, as from request to request.
+
+        Its session is reset between them (``DISCARD ALL``, worker.leftovers).
+        """
         monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 600)
-        tasks.with_context.enqueue_many([(("a",), {}), (("b",), {})])
+        tasks.reads_the_database.enqueue_many([((), {}), ((), {})])
         Worker(WorkerOptions(burst=True, concurrency=1)).run()
         assert Job.objects.succeeded().count() == 2
         assert slot_connections(connected_threads) == ["dbqueue-slot-0"]
+
+    def test_where_no_session_reset_exists_a_kept_connection_is_closed_after_a_job_used_it(
+        self, connected_threads: list[str], monkeypatch: pytest.MonkeyPatch, vendor: str
+    ) -> None:
+        """SQLite and MySQL cannot reset a session: the next job connects anew instead."""
+        if vendor == "postgresql":
+            pytest.skip("PostgreSQL resets the session and keeps the connection (test above)")
+        monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 600)
+        tasks.reads_the_database.enqueue_many([((), {}), ((), {})])
+        Worker(WorkerOptions(burst=True, concurrency=1)).run()
+        assert Job.objects.succeeded().count() == 2
+        assert slot_connections(connected_threads) == ["dbqueue-slot-0"] * 2
+
+
+def row_is_locked(job_id: int) -> bool:
+    """Whether another transaction holds the job's row locked (tried without waiting)."""
+    try:
+        with transaction.atomic():
+            Job.objects.select_for_update(nowait=True).filter(pk=job_id).exists()
+    except DatabaseError:
+        return True
+    return False
 
 
 @pytest.mark.django_db(transaction=True)
@@ -294,7 +355,7 @@ class TestHeartbeat:
         counters = WorkerCounters()
         Heartbeat(live, counters, threading.Event()).beat()
         assert context.lease_lost.is_set()
-        assert counters.snapshot()["renew_failures"] == 1
+        assert counters.snapshot()["leases_lost"] == 1
 
     def test_beat_over_a_job_its_own_success_just_settled_is_no_lost_lease(
         self, caplog: pytest.LogCaptureFixture
@@ -303,7 +364,7 @@ class TestHeartbeat:
         assert leases.complete(context.lease, None)  # the completer wrote it; not yet removed
         counters = WorkerCounters()
         Heartbeat(live, counters, threading.Event()).beat()
-        assert counters.snapshot()["renew_failures"] == 0
+        assert counters.snapshot()["leases_lost"] == 0
         assert "lease lost" not in caplog.text
 
     def test_a_failing_beat_is_survived_and_retried_within_the_lease(
@@ -342,6 +403,63 @@ class TestHeartbeat:
         Heartbeat(live, WorkerCounters(), threading.Event()).beat()
         assert context.lease_lost.is_set()
         assert Job.objects.get(pk=context.job_id).lease_until == before
+
+    @pytest.mark.locking
+    def test_beat_skips_a_row_locked_elsewhere_until_its_lease_runs_out(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        locked, other = leases.claim(None, "w1", 2)
+        # The lease is as the claim made it (30 s), but this process reckons it at 1 s.
+        contexts = [JobContext(dataclasses.replace(locked, lease_seconds=1)), JobContext(other)]
+        live = LiveJobs()
+        live.add((context, None) for context in contexts)
+        counters = WorkerCounters()
+        heartbeat = Heartbeat(live, counters, threading.Event())
+        before = dict(Job.objects.values_list("pk", "lease_until"))
+        with row_locked_elsewhere(locked.job_id):
+            finishes_without_waiting(heartbeat.beat)
+            assert not contexts[0].lease_lost.is_set()
+            assert Job.objects.get(pk=other.job_id).lease_until > before[other.job_id]
+
+            def beat_and_look() -> bool:
+                finishes_without_waiting(heartbeat.beat)
+                return contexts[0].lease_lost.is_set()
+
+            wait_until(beat_and_look, 10, "the locked lease to run out", every=0.2)
+        assert not contexts[1].lease_lost.is_set()
+        assert counters.snapshot()["leases_lost"] == 1
+        assert f"job id={locked.job_id} lease ran out while its row was locked" in caplog.text
+
+    @pytest.mark.locking
+    def test_a_task_heartbeat_inside_its_transaction_leaves_the_job_row_unlocked(self) -> None:
+        live, context = live_job()
+        stop = threading.Event()
+        heartbeat = Heartbeat(live, WorkerCounters(), stop)
+        renewed_by_the_heartbeat = JobContext(context.lease, heartbeat.renew_now)
+        before = Job.objects.get(pk=context.job_id).lease_until
+        heartbeat.start()
+        try:
+            with transaction.atomic():
+                tasks.noop.enqueue()  # the task wrote something first
+                renewed_by_the_heartbeat.heartbeat()
+                assert not finishes_without_waiting(lambda: row_is_locked(context.job_id))
+        finally:
+            stop.set()
+            heartbeat.close()
+        assert Job.objects.get(pk=context.job_id).lease_until > before
+
+    def test_a_task_heartbeat_without_a_running_heartbeat_renews_on_its_own_connection(
+        self,
+    ) -> None:
+        live, context = live_job()
+        heartbeat = Heartbeat(live, WorkerCounters(), threading.Event())
+        JobContext(context.lease, heartbeat.renew_now).heartbeat()
+        Job.objects.filter(pk=context.job_id).update(lease_until=timezone.now())
+        late = JobContext(context.lease, heartbeat.renew_now)
+        with pytest.raises(LeaseLost):
+            late.heartbeat()
+        assert late.lease_lost.is_set()
 
     def test_interval_is_a_third_of_the_shortest_lease(self) -> None:
         live, _ = live_job()

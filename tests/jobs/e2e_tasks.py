@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from django_dbqueue import JobContext, Retry, task
+from django_dbqueue.retry import Backoff
 from tests.testapp.models import Execution, Gate
 
 #: Longest a task waits on a gate before failing: keeps every wait bounded.
@@ -94,6 +96,37 @@ def gated_with_heartbeat(context: JobContext, gate: str) -> None:
     finish(execution)
 
 
+@task(takes_context=True, lease=2)
+def heartbeats_in_a_transaction(context: JobContext, gate: str) -> None:
+    """Record the attempt, then, in a transaction that wrote first, wait for the gate
+    renewing the lease meanwhile."""
+    execution = record(context, gate)
+    with transaction.atomic():
+        Execution.objects.filter(pk=execution.pk).update(label=f"{gate} in a transaction")
+        wait_for_gate(gate, context)
+    finish(execution)
+
+
+@task(takes_context=True, lease=2)
+def reports_progress_in_a_transaction(context: JobContext, gate: str) -> None:
+    """Record the attempt, then, in a transaction that wrote first, report progress in a
+    tight loop (a thousand reports between looks at the gate) until the gate opens."""
+    execution = record(context, gate)
+    done = 0
+    with transaction.atomic():
+        Execution.objects.filter(pk=execution.pk).update(label=f"{gate} in a transaction")
+        deadline = time.monotonic() + GATE_TIMEOUT
+        while not Gate.objects.filter(name=gate, is_open=True).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {gate!r} stayed closed for {GATE_TIMEOUT}s")
+            for _ in range(1000):
+                done += 1
+                context.set_progress(done, message=f"attempt {context.attempt}")
+            time.sleep(0.01)
+    context.set_progress(done, done, f"attempt {context.attempt} finished")
+    finish(execution)
+
+
 @task(takes_context=True, lease=3)
 def stops_when_cancelled(context: JobContext) -> None:
     """Record the attempt, wait (bounded) for a cancel request, and honour it."""
@@ -120,6 +153,13 @@ def retried_once(context: JobContext, delay: float) -> None:
     finish(record(context))
     if context.attempt == 1:
         raise Retry(delay=delay)
+
+
+@task(takes_context=True, max_attempts=3, retry=Backoff(base=2, factor=1, cap=2))
+def fails_with_backoff(context: JobContext) -> None:
+    """Record the attempt, then fail: retried after 1-2 s of backoff, dead after 3 attempts."""
+    finish(record(context))
+    raise RuntimeError(f"attempt {context.attempt} fails")
 
 
 @task(takes_context=True)

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from django_dbqueue import JobContext, PermanentError, Retry, task
+from django_dbqueue.models import Job
 from django_dbqueue.retry import Backoff
 
 CALLS: list[tuple[str, Any]] = []
@@ -46,6 +47,12 @@ def missing_key() -> None:
 @task
 def returns_unserializable() -> object:
     return {"when": math}
+
+
+@task
+def reads_the_database() -> int:
+    """Use the database from task code, as a view would: one query on this thread's connection."""
+    return Job.objects.count()
 
 
 @task(takes_context=True)

@@ -12,14 +12,16 @@ from django_dbqueue.errors import (
     LAST_ERROR_LIMIT,
     MESSAGE_LIMIT,
     RESULT_NOT_SERIALIZABLE,
+    TASK_ABORTED,
     UNPRINTABLE,
     ErrorInfo,
     appended,
+    code_of,
     history_entry,
     refused_result,
     storable,
 )
-from django_dbqueue.exceptions import PermanentError
+from django_dbqueue.exceptions import PermanentError, Retry
 
 
 class CodedError(Exception):
@@ -183,3 +185,9 @@ def test_json_text_refuses_what_no_database_stores(value: object) -> None:
 @pytest.mark.parametrize("value", ["caf\u00e9 \U0001f600", "\\ud800 as text", {"\u00e9": 1}])
 def test_json_text_keeps_real_unicode_and_escape_like_text(value: object) -> None:
     assert json.loads(jsontext.dumps(value)) == value
+
+
+def test_code_of_is_the_exceptions_own_code_or_task_aborted_for_a_base_exception() -> None:
+    assert code_of(Retry()) == "RETRY"
+    assert code_of(ConnectionError("down")) == "ConnectionError"
+    assert code_of(SystemExit(3)) == TASK_ABORTED

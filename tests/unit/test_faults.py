@@ -57,8 +57,34 @@ ROWS: list[tuple[str, Callable[[], BaseException], Fault]] = [
     ("pg lock timeout", postgresql("55P03", django_errors.OperationalError), Fault.CONFLICT),
     (
         "pg statement timeout",
-        postgresql("57014", django_errors.OperationalError),
+        lambda: wrapped(
+            pg_errors.QueryCanceled("canceling statement due to statement timeout"),
+            django_errors.OperationalError,
+        ),
         Fault.TIMEOUT,
+    ),
+    (
+        "pg statement cancelled (pg_cancel_backend)",
+        lambda: wrapped(
+            pg_errors.QueryCanceled("canceling statement due to user request"),
+            django_errors.OperationalError,
+        ),
+        Fault.CANCELLED,
+    ),
+    (
+        "mysql max_execution_time",
+        mysql(3024, django_errors.OperationalError),
+        Fault.TIMEOUT,
+    ),
+    (
+        "mysql KILL QUERY",
+        lambda: wrapped(
+            pytest.importorskip("MySQLdb").OperationalError(
+                1317, "Query execution was interrupted"
+            ),
+            django_errors.OperationalError,
+        ),
+        Fault.CANCELLED,
     ),
     (
         "pg admin shutdown",
@@ -71,6 +97,12 @@ ROWS: list[tuple[str, Callable[[], BaseException], Fault]] = [
         Fault.SERVER_UNAVAILABLE,
     ),
     ("pg disk full", postgresql("53100", django_errors.OperationalError), Fault.SERVER_UNAVAILABLE),
+    (
+        "pg idle session timeout",
+        postgresql("57P05", django_errors.OperationalError),
+        Fault.IDLE_CLOSED,
+    ),
+    ("mysql inactivity disconnect", mysql(4031, django_errors.OperationalError), Fault.IDLE_CLOSED),
     (
         "pg too many connections",
         postgresql("53300", django_errors.OperationalError),
@@ -151,9 +183,11 @@ def test_every_rule_names_a_distinct_fault() -> None:
     [
         (Fault.CONNECTION_LOST, True, True, False),
         (Fault.SERVER_UNAVAILABLE, True, True, False),
+        (Fault.IDLE_CLOSED, True, True, False),
         (Fault.READ_ONLY, True, True, False),
         (Fault.CONFLICT, True, False, False),
         (Fault.TIMEOUT, True, False, False),
+        (Fault.CANCELLED, True, False, False),
         (Fault.STATEMENT_GONE, True, True, True),
         (Fault.REFUSED, False, True, False),
         (Fault.BUG, False, False, False),

@@ -18,12 +18,15 @@ from tests.fresh_python import ROOT, run_python
 #: The schema: the model, and the collation its tables take on MySQL (migration 0009).
 MODEL = {"models", "collation"}
 PROTOCOL = {
+    "clock",
     "conf",
     "durations",
     "errors",
     "exceptions",
     "jsontext",
     "leases",
+    "logfields",
+    "progress",
     "retry",
     "signals",
     "sql",
@@ -31,10 +34,12 @@ PROTOCOL = {
     "sql.rows",
     "validation",
 }
-FACE = {"", "arguments", "context", "enqueue", "tasks", "wakeups"}
+FACE = {"", "arguments", "context", "enqueue", "middleware", "registry", "tasks", "wakeups"}
 #: The ``django.tasks`` backend, beside the face; its system checks live in ``checks``.
 TASKS_BACKEND = {"backend", "checks"}
-OPERATIONS = {"admin", "dashboard", "listing", "metrics", "stats", "triage"}
+OPERATIONS = {"admin", "dashboard", "listing", "metrics", "search", "stats", "triage"}
+#: Integrations with other tools (optional extras): above the face, beside operations.
+CONTRIB = {"contrib", "contrib.opentelemetry", "contrib.sentry"}
 
 #: module -> the package modules importing it may load (beyond itself).
 ALLOWED = {
@@ -43,9 +48,11 @@ ALLOWED = {
     **dict.fromkeys(sorted(FACE - {""}), MODEL | PROTOCOL | FACE),
     "backend": MODEL | PROTOCOL | FACE | TASKS_BACKEND,
     "checks": MODEL | PROTOCOL,
+    "contrib.opentelemetry": MODEL | PROTOCOL | FACE | {"contrib"},
+    "contrib.sentry": MODEL | PROTOCOL | FACE | {"contrib"},
 }
 #: The runtime may use everything below it, never operations.
-RUNTIME = ("runnable", "reaper", "periodic", "testing", "worker.supervisor")
+RUNTIME = ("runnable", "reaper", "periodic", "testing", "worker.worker")
 
 PROBE = """\
 import importlib, json, sys
@@ -91,10 +98,11 @@ def test_a_module_loads_only_its_own_layer_and_those_below(module: str) -> None:
 
 
 @pytest.mark.parametrize("module", RUNTIME)
-def test_the_runtime_loads_no_operations_module(module: str) -> None:
+def test_the_runtime_loads_no_operations_or_contrib_module(module: str) -> None:
     loaded = loaded_by(module)
     assert module in loaded
-    assert not loaded & OPERATIONS, f"importing {module} loads {sorted(loaded & OPERATIONS)}"
+    above = loaded & (OPERATIONS | CONTRIB)
+    assert not above, f"importing {module} loads {sorted(above)}"
 
 
 def test_the_protocol_loads_no_task_runtime_or_backend_module() -> None:

@@ -31,3 +31,24 @@ def test_before_the_heartbeat_plans_any_added_job_wakes_it() -> None:
     live = LiveJobs()
     live.add([(context(1, 600), None)])
     assert live.added.is_set()
+
+
+def test_withdraw_tells_which_jobs_started_and_a_withdrawn_job_never_starts() -> None:
+    live = LiveJobs()
+    live.add([(context(1, 30), None), (context(2, 30), None)])
+    assert live.start(1) is True
+
+    withdrawn = {job.context.job_id: started for job, started in live.withdraw()}
+
+    assert withdrawn == {1: True, 2: False}
+    assert live.start(2) is False  # its slot came too late: released unrun, it must not run
+    assert len(live) == 0
+
+
+def test_a_removed_job_is_no_longer_started_when_its_id_comes_back() -> None:
+    live = LiveJobs()
+    live.add([(context(1, 30), None)])
+    live.start(1)
+    live.remove([1])
+    live.add([(context(1, 30), None)])  # claimed again by this worker
+    assert live.withdraw()[0][1] is False

@@ -1,4 +1,5 @@
-"""The outcome reporter: each written success logged and signalled, in order, off the completer."""
+"""The outcome reporter: each written success logged and signalled, in order, off the completer;
+the per-job line at INFO while calm, DEBUG for successes under load, with summaries."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from django.utils import timezone
 
 from django_dbqueue import signals
 from django_dbqueue.leases import Lease
-from django_dbqueue.worker.reporter import Outcome, OutcomeReporter
+from django_dbqueue.worker.counters import WorkerCounters
+from django_dbqueue.worker.live import LiveJobs
+from django_dbqueue.worker.outcome import Outcome
+from django_dbqueue.worker.reporter import Line, OutcomeLog, OutcomeReporter, report
+from tests.manual_clock import ManualClock
 
 
 def lease(job_id: int) -> Lease:
@@ -37,7 +42,7 @@ def test_outcomes_are_logged_and_signalled_in_order_then_it_stops(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="django_dbqueue")
     wake_ups: list[None] = []
-    reporter = OutcomeReporter(lambda: wake_ups.append(None))
+    reporter = OutcomeReporter(WorkerCounters(), LiveJobs(), lambda: wake_ups.append(None))
     reporter.start()
     reporter.put([(lease(1), Outcome.SUCCEEDED, 0.01), (lease(2), Outcome.LEASE_LOST, 0.02)])
     reporter.put([(lease(3), Outcome.SUCCEEDED, 0.03)])
@@ -50,3 +55,114 @@ def test_outcomes_are_logged_and_signalled_in_order_then_it_stops(
     assert "outcome=lease_lost" in lines[1]
     assert len(wake_ups) == 2  # once a batch
     assert reporter.backlog == 0
+
+
+def test_a_failure_is_signalled_with_the_error_code_it_was_recorded_with() -> None:
+    received: list[tuple[str, str]] = []
+
+    def receiver(sender: object, outcome: str, error_code: str, **_: Any) -> None:
+        received.append((outcome, error_code))
+
+    signals.job_finished.connect(receiver, dispatch_uid="test_reporter_code")
+    try:
+        report(lease(4), Outcome.DEAD, "TASK_NOT_FOUND", 0.01)
+        report(lease(5), Outcome.SUCCEEDED, "", 0.01)
+    finally:
+        signals.job_finished.disconnect(dispatch_uid="test_reporter_code")
+    assert received == [("dead", "TASK_NOT_FOUND"), ("succeeded", "")]
+
+
+@pytest.fixture
+def outcome_log(clock: ManualClock) -> OutcomeLog:
+    return OutcomeLog(calm_rate=3, summary_every=10, clock=clock)
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    found = [(record.levelno, record.getMessage()) for record in caplog.records]
+    caplog.clear()
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _debug(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="django_dbqueue.worker.reporter")
+
+
+def test_successes_log_at_info_while_few_come_each_second(
+    outcome_log: OutcomeLog, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    for second in range(3):
+        clock.now = 1000 + second
+        for n in range(3):
+            outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
+    assert {level for level, _ in lines(caplog)} == {logging.INFO}
+
+
+def test_successes_go_to_debug_once_over_the_rate_and_info_gets_a_summary(
+    outcome_log: OutcomeLog, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(5):
+        outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
+    assert [level for level, _ in lines(caplog)] == [logging.INFO] * 3 + [logging.DEBUG] * 2
+
+    for second in range(1, 10):  # busy every second: even the first lines of each go to DEBUG
+        clock.now = 1000 + second
+        for n in range(5):
+            outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
+    assert {level for level, _ in lines(caplog)} == {logging.DEBUG}
+
+    clock.now = 1010  # ten seconds after the first quiet line: a summary of all 48
+    outcome_log.write("job id=9 outcome=succeeded", quiet=True)
+    assert lines(caplog) == [
+        (logging.INFO, "48 job successes logged at DEBUG since the last summary (over 3 a second)"),
+        (logging.DEBUG, "job id=9 outcome=succeeded"),
+    ]
+
+
+def test_a_calm_second_brings_info_back_with_the_rest_summarised(
+    outcome_log: OutcomeLog, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(5):
+        outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
+    caplog.clear()
+    clock.now += 2  # a whole second below the rate has passed
+    outcome_log.write("job id=7 outcome=succeeded", quiet=True)
+    assert lines(caplog) == [
+        (logging.INFO, "2 job successes logged at DEBUG since the last summary (over 3 a second)"),
+        (logging.INFO, "job id=7 outcome=succeeded"),
+    ]
+
+
+def test_failures_always_log_at_info(
+    outcome_log: OutcomeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(10):
+        outcome_log.write("job id=%s outcome=succeeded", n, quiet=True)
+    caplog.clear()
+    outcome_log.write("job id=11 outcome=retried code=ValueError", quiet=False)
+    assert lines(caplog) == [(logging.INFO, "job id=11 outcome=retried code=ValueError")]
+
+
+def test_a_batch_of_successes_gets_one_level_from_the_rate_they_make_together(
+    outcome_log: OutcomeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    successes = [Line("job id=%s outcome=succeeded", (n,), True) for n in range(5)]
+    outcome_log.write_all([*successes, Line("job id=9 outcome=retried", (), False)])
+    assert lines(caplog) == [
+        *((logging.DEBUG, f"job id={n} outcome=succeeded") for n in range(5)),
+        (logging.INFO, "job id=9 outcome=retried"),
+    ]
+
+
+def test_quieted_lines_cost_nothing_when_debug_is_off(
+    outcome_log: OutcomeLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_dbqueue.worker.reporter")
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise AssertionError("a quieted line was formatted")
+
+    outcome_log.write_all([Line("job id=%s outcome=succeeded", (Unprintable(),), True)] * 5)
+    outcome_log.write_all([Line("job id=9 outcome=retried", (), False)])
+    assert lines(caplog) == [(logging.INFO, "job id=9 outcome=retried")]

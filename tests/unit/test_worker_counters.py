@@ -9,9 +9,13 @@ import pytest
 from django_dbqueue.worker.counters import (
     CLAIM_BUCKETS,
     COUNTERS,
+    MAX_TASK_LABELS,
+    OTHER_TASKS,
     RUN_BUCKETS,
+    WAIT_BUCKETS,
     Histogram,
     HistogramSnapshot,
+    TaskHistograms,
     WorkerCounters,
 )
 
@@ -74,7 +78,7 @@ def test_concurrent_observations_are_all_counted() -> None:
 def test_snapshot_still_returns_exactly_the_counters() -> None:
     counters = WorkerCounters()
     counters.add("claimed", 3)
-    counters.add("renew_failures")
+    counters.add("leases_lost")
     counters.run_duration.observe(0.2)
     assert counters.snapshot() == {
         "claimed": 3,
@@ -84,7 +88,7 @@ def test_snapshot_still_returns_exactly_the_counters() -> None:
         "cancelled": 0,
         "lease_lost": 0,
         "unrecorded": 0,
-        "renew_failures": 1,
+        "leases_lost": 1,
     }
     assert tuple(counters.snapshot()) == COUNTERS
 
@@ -102,3 +106,55 @@ def test_each_worker_has_its_own_claim_and_run_histograms() -> None:
 def test_adding_to_an_unknown_counter_is_refused() -> None:
     with pytest.raises(ValueError, match="not a worker counter"):
         WorkerCounters().add("claim_duration")
+
+
+def test_task_histograms_keep_one_histogram_per_task() -> None:
+    by_task = TaskHistograms((1.0, 10.0))
+    by_task.observe_all([("app.a", 0.5), ("app.b", 5.0), ("app.a", 20.0)])
+    snapshot = by_task.snapshot()
+    assert list(snapshot) == ["app.a", "app.b"]
+    assert (snapshot["app.a"].cumulative, snapshot["app.a"].count) == ((1, 1), 2)
+    assert (snapshot["app.b"].cumulative, snapshot["app.b"].count) == ((0, 1), 1)
+
+
+def test_task_histograms_fold_tasks_past_the_cap_into_other() -> None:
+    by_task = TaskHistograms((1.0,), max_labels=3)
+    by_task.observe_all((f"app.t{n}", 0.5) for n in range(5))
+    by_task.observe_all([("app.t0", 0.5), ("app.t4", 0.5), ("app.t9", 0.5)])
+    snapshot = by_task.snapshot()
+    assert set(snapshot) == {"app.t0", "app.t1", "app.t2", OTHER_TASKS}
+    assert snapshot["app.t0"].count == 2  # a task labelled before the cap keeps its label
+    assert snapshot[OTHER_TASKS].count == 4  # t3, t4, t4 again and t9
+    assert sum(histogram.count for histogram in snapshot.values()) == 8
+
+
+def test_task_histograms_default_cap_bounds_the_label_set() -> None:
+    by_task = TaskHistograms(RUN_BUCKETS)
+    by_task.observe_all((f"app.t{n}", 0.1) for n in range(MAX_TASK_LABELS * 3))
+    snapshot = by_task.snapshot()
+    assert len(snapshot) == MAX_TASK_LABELS + 1
+    assert snapshot[OTHER_TASKS].count == MAX_TASK_LABELS * 2
+
+
+def test_task_histograms_refuse_bad_buckets_at_once() -> None:
+    with pytest.raises(ValueError, match="strictly increasing"):
+        TaskHistograms((2.0, 1.0))
+
+
+def test_task_histograms_count_every_observation_from_many_threads() -> None:
+    by_task = TaskHistograms(WAIT_BUCKETS, max_labels=5)
+    start = threading.Barrier(4)
+
+    def observe(thread: int) -> None:
+        start.wait()
+        for n in range(1000):
+            by_task.observe_all([(f"app.t{(thread + n) % 10}", 0.01)])
+
+    threads = [threading.Thread(target=observe, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    snapshot = by_task.snapshot()
+    assert len(snapshot) == 6
+    assert sum(histogram.count for histogram in snapshot.values()) == 4000

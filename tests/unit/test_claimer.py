@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_dbqueue.worker.pacing import ClaimPacing
+from django_dbqueue.worker.claimer import ClaimPacing
 from tests.manual_clock import ManualClock
 
 POLL = 5.0
