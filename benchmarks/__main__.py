@@ -1,5 +1,5 @@
-"""``python -m benchmarks [--quick] [--compare pgqueuer] [--pooler] [--only STEP] [--json PATH]
-[--database-url URL]``.
+"""``python -m benchmarks [--quick] [--compare pgqueuer] [--pooler] [--tracing]
+[--purge-backlog] [--only STEP] [--json PATH] [--database-url URL]``.
 
 Run it from the repository root.
 
@@ -11,6 +11,7 @@ CI: it prints numbers and asserts no timing.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,19 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="Also drain the same jobs through a PgBouncer in transaction mode, interleaved "
         "with direct drains (needs Debian's pgbouncer and the database on this machine).",
+    )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="Also drain and enqueue with and without OpenTelemetry's TracingMiddleware, "
+        "interleaved, spans made and dropped; prints both rates and their ratio (the otel "
+        "extra): tracing.run.",
+    )
+    parser.add_argument(
+        "--purge-backlog",
+        action="store_true",
+        help="Also time an expired lease's recovery while the reaper purges a million "
+        "finished jobs (50,000 with --quick): purge_backlog.run.",
     )
     parser.add_argument(
         "--only",
@@ -80,7 +94,16 @@ def main(argv: list[str] | None = None) -> None:
     if with_pooler and (why := pooler.missing(args.database_url)):
         print(why, file=sys.stderr)
         with_pooler = False
-    steps = suite.plan(with_pgqueuer=with_pgqueuer, with_pooler=with_pooler)
+    with_tracing = args.tracing
+    if with_tracing and importlib.util.find_spec("opentelemetry") is None:
+        print('--tracing needs the otel extra: pip install -e ".[otel]"; skipped', file=sys.stderr)
+        with_tracing = False
+    steps = suite.plan(
+        with_pgqueuer=with_pgqueuer,
+        with_pooler=with_pooler,
+        with_purge_backlog=args.purge_backlog,
+        with_tracing=with_tracing,
+    )
     if args.only:
         names = [suite.step_name(step) for step in steps]
         if unknown := sorted(set(args.only) - set(names)):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -29,17 +30,28 @@ from django_dbqueue import dashboard
 
 PAGE_ROUNDS = 5
 CHANGELIST = "/admin/django_dbqueue/job/"
-#: key, label and query string of each page measured.
+#: key, label and query string of each page measured; ``{rows}`` is the table's size.
 PAGES = (
     ("admin_list", "admin job list page", ""),
     ("admin_dead_filtered", "admin dead jobs of one queue", "?state__exact=dead&queue__exact=mail"),
+    ("admin_filter_state", "admin filter: state cancelled", "?state__exact=cancelled"),
+    ("admin_filter_queue", "admin filter: a queue", "?queue__exact=billing"),
+    ("admin_filter_task", "admin filter: a task", "?task__exact=shop.tasks.task_7"),
+    ("admin_filter_error_code", "admin filter: an error code", "?last_error_code__exact=KeyError"),
+    ("admin_search_id", "admin search: a job id", "?q={newer}"),
+    ("admin_search_dedupe_key", "admin search: a dedupe key", "?q=order-{middle}"),
+    ("admin_search_subject", "admin search: a subject id", "?q=s{middle}"),
+    ("admin_search_task", "admin search: a task path", "?q=shop.tasks.task_7"),
+    ("admin_search_fragment", "admin search: a task path fragment", "?q=task_7"),
+    ("admin_search_error_code", "admin search: an error code", "?q=TimeoutError"),
+    ("admin_search_error_word", "admin search: a word of the error text", "?q=boom"),
 )
 
 BUILD = """
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts, lease_token,
     lease_seconds, worker_id, lease_until, created_at, started_at, finished_at,
-    last_error_code, last_error, errors, last_worker_id
+    last_error_code, last_error, errors, last_worker_id, dedupe_key, subject_type_id, subject_id
 )
 SELECT
     (ARRAY['default', 'default', 'default', 'mail', 'mail', 'reports', 'webhooks', 'billing'])
@@ -62,7 +74,10 @@ SELECT
          ELSE '' END,
     CASE WHEN s.state = 'dead' THEN 'Traceback (most recent call last):' || chr(10)
                                      || 'ValueError: boom ' || i ELSE '' END,
-    '[]'::jsonb, ''
+    '[]'::jsonb, '',
+    CASE WHEN i %% 10 = 0 THEN 'order-' || i END,
+    CASE WHEN i %% 5 = 0 THEN %(subject_type)s END,
+    CASE WHEN i %% 5 = 0 THEN 's' || i END
 FROM generate_series(1, %(rows)s) AS i
 CROSS JOIN LATERAL (
     SELECT CASE
@@ -85,10 +100,12 @@ def run(session: Session) -> None:
     client.force_login(user)
     for rows in session.sizes.admin_rows:
         database.reset(session.harness)
-        session.harness.execute(BUILD, {"rows": rows})
+        subject_type = ContentType.objects.get_for_model(User).pk
+        session.harness.execute(BUILD, {"rows": rows, "subject_type": subject_type})
         database.vacuum(session.harness)
+        middle = rows // 20 * 10
         for key, label, query in PAGES:
-            url = CHANGELIST + query
+            url = CHANGELIST + query.format(newer=rows - 100, middle=middle)
             milliseconds, queries = median_ms(lambda url=url: fetch(client, url))
             add(
                 session,

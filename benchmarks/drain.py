@@ -43,6 +43,8 @@ class Drain:
     one_command: bool = False
     #: Through a transaction-mode pool (``POOLER = "transaction"``; ``benchmarks.pooler``).
     pooled: bool = False
+    #: ``DBQUEUE["MIDDLEWARE"]`` of the workers (``benchmarks.tracing``).
+    middleware: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -60,6 +62,8 @@ class Drain:
         settings: dict[str, object] = {"POOLER": "transaction"} if self.pooled else {}
         if not self.synchronous_commit:
             settings["WORKER_SYNCHRONOUS_COMMIT"] = False
+        if self.middleware:
+            settings["MIDDLEWARE"] = list(self.middleware)
         return settings
 
 

@@ -5,7 +5,9 @@ sets it from ``--database-url``) and ``CONN_MAX_AGE`` from
 ``DBQUEUE_BENCH_CONN_MAX_AGE`` (``0``, Django's default, unless a benchmark
 compares it with ``none``: persistent connections), and ``DBQUEUE`` from
 ``DBQUEUE_BENCH_DBQUEUE`` (JSON; empty unless a drain sets a worker setting).
-Worker subprocesses inherit all three. No ``LOGGING``: ``runworkers`` logs at
+Worker subprocesses inherit all three; a ``DBQUEUE`` whose ``MIDDLEWARE`` lists
+the tracing middleware also gets OpenTelemetry's SDK, spans made and dropped
+(``benchmarks.otel``). No ``LOGGING``: ``runworkers`` logs at
 INFO on stderr (successes at DEBUG under load), as in a project that
 configures nothing.
 """
@@ -65,3 +67,9 @@ TEMPLATES = [
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DBQUEUE: dict[str, object] = json.loads(os.environ.get(DBQUEUE_ENV, "{}"))
+_middleware: list[str] = DBQUEUE.get("MIDDLEWARE", [])  # type: ignore[assignment]
+if any(path.startswith("django_dbqueue.contrib.opentelemetry.") for path in _middleware):
+    # The otel extra, imported only by the workers of the tracing benchmark.
+    from benchmarks.otel import install_sdk
+
+    install_sdk()

@@ -32,6 +32,8 @@ class Sizes:
     backlog_finished: int = 1_000_000
     backlog_ready: int = 200_000
     rss_jobs: int = 200_000
+    #: Finished jobs past retention the reaper purges while a lease expires (``--purge-backlog``).
+    purge_backlog_rows: int = 1_000_000
     #: Job table sizes the admin pages are timed at.
     admin_rows: tuple[int, ...] = (1_000_000, 10_000_000)
     drain_deadline: float = 45.0
@@ -52,6 +54,7 @@ QUICK = Sizes(
     backlog_finished=50_000,
     backlog_ready=5_000,
     rss_jobs=5_000,
+    purge_backlog_rows=50_000,
     admin_rows=(20_000,),
     drain_deadline=10.0,
     long_drain_deadline=10.0,

@@ -29,6 +29,7 @@ from benchmarks import (
     lateness,
     memory,
     pooler,
+    purge_backlog,
 )
 from benchmarks.results import Results
 from benchmarks.session import Session
@@ -53,14 +54,30 @@ STEPS = (
 Step = Callable[[Session], None]
 
 
-def plan(*, with_pgqueuer: bool = False, with_pooler: bool = False) -> list[Step]:
+def plan(
+    *,
+    with_pgqueuer: bool = False,
+    with_pooler: bool = False,
+    with_purge_backlog: bool = False,
+    with_tracing: bool = False,
+) -> list[Step]:
     """The steps of a run, in order.
 
     ``with_pgqueuer`` adds the side-by-side enqueue, drain and pickup with pgqueuer,
-    each right after ours, and ``with_pooler`` the drains directly and through
-    PgBouncer right after our drains.
+    each right after ours, ``with_pooler`` the drains directly and through
+    PgBouncer right after our drains, ``with_tracing`` the drains and enqueues
+    with and without OpenTelemetry tracing right after our drains (the otel
+    extra), and ``with_purge_backlog`` the lease recovery during a large purge
+    at the end.
     """
     steps = list(STEPS)
+    if with_purge_backlog:
+        steps.append(purge_backlog.run)
+    if with_tracing:
+        # The otel extra: imported only when asked for (``tracing.missing()`` says whether).
+        from benchmarks import tracing
+
+        steps.insert(steps.index(drain.run) + 1, tracing.run)
     if with_pooler:
         steps.insert(steps.index(drain.run) + 1, pooler.run)
     if with_pgqueuer:

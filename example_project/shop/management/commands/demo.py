@@ -30,7 +30,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from django_dbqueue import Job, JobState
-from django_dbqueue.worker.supervisor import Worker, WorkerOptions
+from django_dbqueue.worker.worker import Worker, WorkerOptions
 from example_project.shop.services import place_order, take_payment
 from example_project.shop.tasks import generate_report
 
