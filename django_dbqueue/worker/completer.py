@@ -42,7 +42,13 @@ from django_dbqueue.errors import refused_result
 from django_dbqueue.logfields import job_fields, jobs_fields
 from django_dbqueue.worker.connections import Survival, applied, recover
 from django_dbqueue.worker.faults import Fault, classify
-from django_dbqueue.worker.outcome import WRITE_RETRY, Outcome, log_unrecorded, worth_retrying
+from django_dbqueue.worker.outcome import (
+    WRITE_RETRY,
+    Ended,
+    Outcome,
+    log_unrecorded,
+    worth_retrying,
+)
 from django_dbqueue.worker.session import worker_session
 
 log = logging.getLogger(__name__)
@@ -55,9 +61,8 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 #: How often a job thread waiting for its write (``Completer.write``) checks on the completer.
 WRITE_TICK = 0.5
 
-#: Told the outcomes of handed-over jobs once written, a batch at a time, each
-#: ``(context, outcome, started)``.
-Written = Callable[[list[tuple[JobContext, Outcome, float]]], None]
+#: Told the outcomes of handed-over jobs once written, a batch at a time.
+Written = Callable[[list[Ended]], None]
 
 
 class _Pending(NamedTuple):
@@ -67,6 +72,10 @@ class _Pending(NamedTuple):
     started: float
     #: Past this (``time.monotonic``) the lease may have run out: stop retrying the write.
     give_up_at: float
+
+    def ended(self, outcome: Outcome, code: str = "") -> Ended:
+        """This success's attempt, ended with ``outcome`` (and the error code written with it)."""
+        return Ended(self.context, outcome, self.started, code)
 
 
 @dataclass(frozen=True)
@@ -88,12 +97,14 @@ def within_bytes(pending: list[_Pending]) -> tuple[list[_Pending], list[_Pending
     return pending, []
 
 
-def _failed_instead(context: JobContext, refusal: Exception) -> Outcome:
+def _failed_instead(pending: _Pending, refusal: Exception) -> Ended:
     """Write a success the database refused for good as the job's failure (``refused_result``).
 
     The job is ``dead`` with its attempt counted, not left to the reaper to
-    run again; the outcome is ``UNRECORDED`` if that write fails too.
+    run again, and reported with the error code written; the outcome is
+    ``UNRECORDED`` if that write fails too.
     """
+    context = pending.context
     info = refused_result(refusal)
     log.warning(
         "job id=%s outcome=succeeded refused by the database, writing outcome=dead code=%s "
@@ -108,8 +119,8 @@ def _failed_instead(context: JobContext, refusal: Exception) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - the reaper recovers the job, as for any unwritten outcome.
         recover(classify(exc))
         log_unrecorded(context, Outcome.DEAD, exc)
-        return Outcome.UNRECORDED
-    return Outcome.DEAD if applied else Outcome.LEASE_LOST
+        return pending.ended(Outcome.UNRECORDED)
+    return pending.ended(Outcome.DEAD, info.code) if applied else pending.ended(Outcome.LEASE_LOST)
 
 
 class _LockedRows:
@@ -136,7 +147,7 @@ class _LockedRows:
         rows, self._rows = self._rows, []
         return rows
 
-    def retry_later(self, pending: _Pending) -> list[tuple[_Pending, Outcome]]:
+    def retry_later(self, pending: _Pending) -> list[Ended]:
         """Keep ``pending`` for a later try; or, past its ``give_up_at``, its outcome to report."""
         now = time.monotonic()
         if now >= pending.give_up_at:
@@ -146,7 +157,7 @@ class _LockedRows:
                 pending.context.job_id,
                 extra={**job_fields(pending.context.lease), "outcome": Outcome.UNRECORDED.value},
             )
-            return [(pending, Outcome.UNRECORDED)]
+            return [pending.ended(Outcome.UNRECORDED)]
         log.debug(
             "job id=%s row locked by another transaction; writing its success later",
             pending.context.job_id,
@@ -234,7 +245,7 @@ class Completer(threading.Thread):
                 batch, waiting = within_bytes([*due, *waiting, *self._written_first(gathered)])
                 if not batch:
                     continue
-                outcomes: list[tuple[_Pending, Outcome]] = []
+                outcomes: list[Ended] = []
                 try:
                     completion = leases.complete_many([(p.context.lease, p.encoded) for p in batch])
                 except Exception as exc:  # noqa: BLE001 - classified: retried, or written row by row.
@@ -253,9 +264,9 @@ class Completer(threading.Thread):
                     if pending.context.job_id in completion.skipped:
                         outcomes.extend(locked.retry_later(pending))
                     elif pending.context.job_id in completion.completed:
-                        outcomes.append((pending, Outcome.SUCCEEDED))
+                        outcomes.append(pending.ended(Outcome.SUCCEEDED))
                     else:
-                        outcomes.append((pending, Outcome.LEASE_LOST))
+                        outcomes.append(pending.ended(Outcome.LEASE_LOST))
                 self._report(outcomes)
 
     def _gather(self, room: int, *, wait: bool) -> list[_Pending | _Write]:
@@ -294,13 +305,13 @@ class Completer(threading.Thread):
         """After a failed write: report the jobs to give up on, pause, return the rest."""
         pause = survival.failed(exc, cap=WRITE_RETRY.delay(failures))
         kept: list[_Pending] = []
-        given_up: list[tuple[_Pending, Outcome]] = []
+        given_up: list[Ended] = []
         for pending in batch:
             if worth_retrying(pending.context, pending.give_up_at, pause):
                 kept.append(pending)
             else:
                 log_unrecorded(pending.context, Outcome.SUCCEEDED, exc)
-                given_up.append((pending, Outcome.UNRECORDED))
+                given_up.append(pending.ended(Outcome.UNRECORDED))
         self._report(given_up)
         if kept:
             log.debug("%s job successes not written yet, retrying in %.1fs", len(kept), pause)
@@ -308,7 +319,7 @@ class Completer(threading.Thread):
         return kept
 
     def _write_one_by_one(
-        self, batch: list[_Pending], exc: Exception, outcomes: list[tuple[_Pending, Outcome]]
+        self, batch: list[_Pending], exc: Exception, outcomes: list[Ended]
     ) -> tuple[list[_Pending], leases.Completion]:
         """After the database refused a batch: write each row alone, so one bad row fails alone.
 
@@ -330,30 +341,28 @@ class Completer(threading.Thread):
                 fault = classify(row_exc)
                 recover(fault)
                 if fault is Fault.REFUSED:
-                    outcomes.append((pending, _failed_instead(pending.context, row_exc)))
+                    outcomes.append(_failed_instead(pending, row_exc))
                 else:
                     log_unrecorded(pending.context, Outcome.SUCCEEDED, row_exc)
-                    outcomes.append((pending, Outcome.UNRECORDED))
+                    outcomes.append(pending.ended(Outcome.UNRECORDED))
             else:
                 written.append(pending)
                 completed |= completion.completed
                 skipped |= completion.skipped
         return written, leases.Completion(completed=completed, skipped=skipped)
 
-    def _report(self, outcomes: list[tuple[_Pending, Outcome]]) -> None:
+    def _report(self, outcomes: list[Ended]) -> None:
         """Tell ``written`` these outcomes in one call; whatever it raises is logged."""
         if not outcomes:
             return
         with self._lock:
             self._backlog -= len(outcomes)
         try:
-            self.written(
-                [(pending.context, outcome, pending.started) for pending, outcome in outcomes]
-            )
+            self.written(outcomes)
         except Exception:
             log.exception(
                 "%s job outcomes not reported, job ids %s",
                 len(outcomes),
-                ",".join(str(pending.context.job_id) for pending, _ in outcomes),
-                extra=jobs_fields(pending.context.job_id for pending, _ in outcomes),
+                ",".join(str(attempt.context.job_id) for attempt in outcomes),
+                extra=jobs_fields(attempt.context.job_id for attempt in outcomes),
             )

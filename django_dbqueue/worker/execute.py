@@ -36,8 +36,8 @@ from django_dbqueue.runnable import Runnable
 from django_dbqueue.worker import leftovers
 from django_dbqueue.worker.connections import applied
 from django_dbqueue.worker.live import LiveJobs
-from django_dbqueue.worker.outcome import Outcome, OutcomeWriter, Verdict, write_retried
-from django_dbqueue.worker.reporter import Ended, report
+from django_dbqueue.worker.outcome import Ended, Outcome, OutcomeWriter, Verdict, write_retried
+from django_dbqueue.worker.reporter import report
 
 log = logging.getLogger(__name__)
 
@@ -293,4 +293,4 @@ class AttemptRunner:
             self.live.remove([context.job_id])  # execute raises for no job; it is over all the same
             raise
         if outcome is not Outcome.HANDED_OVER:
-            self.finished([(context, outcome, started)])
+            self.finished([Ended(context, outcome, started)])

@@ -1,8 +1,9 @@
-"""How an attempt ended (``Outcome``), the counter each outcome adds to (``COUNTER_OF``), the
-outcome writers' interface (``OutcomeWriter``: ``execute.InlineWriter`` and
-``completer.Completer``), and the write-retry policy: how long an outcome's write is retried
-while the database is unreachable, and what is written instead of one it refuses for good
-(``write_retried``, ``WRITE_RETRY``, ``worth_retrying``).
+"""How an attempt ended (``Outcome``; ``Ended``: an attempt with its outcome and error code),
+the counter each outcome adds to (``COUNTER_OF``), the outcome writers' interface
+(``OutcomeWriter``: ``execute.InlineWriter`` and ``completer.Completer``), and the
+write-retry policy: how long an outcome's write is retried while the database is
+unreachable, and what is written instead of one it refuses for good (``write_retried``,
+``WRITE_RETRY``, ``worth_retrying``).
 
 ``execute``, ``completer`` and ``reporter`` take their outcome vocabulary from here; this
 module imports none of them (of ``connections`` it uses only the quiet reconnect).
@@ -15,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from django_dbqueue.context import JobContext
 from django_dbqueue.logfields import job_fields
@@ -40,6 +41,17 @@ class Outcome(str, enum.Enum):
     HANDED_OVER = "handed_over"
     #: The task stopped on an operator's cancel request (``JobCancelled``).
     CANCELLED = "cancelled"
+
+
+class Ended(NamedTuple):
+    """An attempt that ended on a worker: its job, how it ended, when it started
+    (``time.monotonic``), and the error code written with it (``""`` for a success, a lost
+    lease or an unwritten outcome), for its log line and ``signals.job_finished``."""
+
+    context: JobContext
+    outcome: Outcome
+    started: float
+    code: str = ""
 
 
 #: Outcomes written to the job; ``signals.job_finished`` is sent for them.

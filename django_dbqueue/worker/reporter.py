@@ -30,14 +30,13 @@ from typing import NamedTuple
 from django.db import connections
 
 from django_dbqueue import runnable, signals
-from django_dbqueue.context import JobContext
 from django_dbqueue.leases import Lease
 from django_dbqueue.logfields import job_fields, outcome_fields
 from django_dbqueue.models import Job
 from django_dbqueue.worker.connections import close_old_connections
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.live import LiveJobs
-from django_dbqueue.worker.outcome import COUNTER_OF, RECORDED, Outcome
+from django_dbqueue.worker.outcome import COUNTER_OF, RECORDED, Ended, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +127,15 @@ class OutcomeLog:
 outcome_log = OutcomeLog()
 
 
-#: An attempt to report: its lease, how it ended, how long it took (seconds).
-Finished = tuple[Lease, Outcome, float]
+class Finished(NamedTuple):
+    """An attempt to report: its lease, how it ended, how long it took (seconds), and the
+    error code written with it (``""`` for a success, a lost lease or an unwritten outcome)."""
 
-#: An attempt that ended on a worker: its job, how it ended, when it started (``time.monotonic``).
-Ended = tuple[JobContext, Outcome, float]
+    lease: Lease
+    outcome: Outcome
+    duration: float
+    code: str = ""
+
 
 LINE = "job id=%s task=%s attempt=%s/%s duration=%.3fs outcome=%s code=%s"
 
@@ -152,15 +155,13 @@ def report(
     exception that failed the attempt, is logged with it: the one place its
     traceback is logged. Never raises for a failing receiver (``send_robust``).
     """
-    log_lines([(lease, outcome, duration)], code, failure)
+    log_lines([Finished(lease, outcome, duration, code)], failure)
     signal_finished(lease, outcome, code)
 
 
-def log_lines(
-    finished: Sequence[Finished], code: str = "", failure: BaseException | None = None
-) -> None:
-    """Each attempt's line, in order, with one ``code`` and ``failure``; the success lines'
-    level decided once."""
+def log_lines(finished: Sequence[Finished], failure: BaseException | None = None) -> None:
+    """Each attempt's line, in order, with its own error code and one ``failure``; the success
+    lines' level decided once."""
     outcome_log.write_all(
         [
             Line(
@@ -178,7 +179,7 @@ def log_lines(
                 outcome_fields(lease, outcome.value, duration, code),
                 failure,
             )
-            for lease, outcome, duration in finished
+            for lease, outcome, duration, code in finished
         ]
     )
 
@@ -247,14 +248,14 @@ class OutcomeReporter(threading.Thread):
         handler of a failure's exception (``report``).
         """
         now = time.monotonic()
-        durations = [now - started for _, _, started in ended]
+        durations = [now - attempt.started for attempt in ended]
         self.counters.run_duration.observe_all(durations)
         self.counters.run_duration_by_task.observe_all(
-            (context.lease.task, duration)
-            for (context, _, _), duration in zip(ended, durations, strict=True)
+            (attempt.context.lease.task, duration)
+            for attempt, duration in zip(ended, durations, strict=True)
         )
-        self.counters.add_all(collections.Counter(COUNTER_OF[outcome] for _, outcome, _ in ended))
-        self.live.remove(context.job_id for context, _, _ in ended)
+        self.counters.add_all(collections.Counter(COUNTER_OF[attempt.outcome] for attempt in ended))
+        self.live.remove(attempt.context.job_id for attempt in ended)
         return durations
 
     def written(self, batch: list[Ended]) -> None:
@@ -264,8 +265,8 @@ class OutcomeReporter(threading.Thread):
         self.wake()
         self.put(
             [
-                (context.lease, outcome, duration)
-                for (context, outcome, _), duration in zip(batch, durations, strict=True)
+                Finished(attempt.context.lease, attempt.outcome, duration, attempt.code)
+                for attempt, duration in zip(batch, durations, strict=True)
             ]
         )
 
@@ -284,9 +285,9 @@ class OutcomeReporter(threading.Thread):
         try:
             while (batch := self._inbox.get()) is not None:
                 log_lines(batch)
-                for lease, outcome, _ in batch:
+                for lease, outcome, _, code in batch:
                     try:
-                        signal_finished(lease, outcome)
+                        signal_finished(lease, outcome, code)
                     # Receivers are the project's code: whatever they raise, the next is reported.
                     except BaseException:
                         log.exception(

@@ -111,4 +111,11 @@ def test_an_outcome_the_database_refuses_is_written_minimal_and_never_run_again(
     assert summary(failure) == (JobState.DEAD, "PERMANENT_ERROR", 1)
     assert failure.errors[-1]["message"] == "django_dbqueue.exceptions.PermanentError"
     assert "in its minimal form instead" in worker.log()
+    # The refused success's outcome line carries the code written, not "-".
+    outcome_line = f"job id={success.pk} task={success.task} attempt=1/"
+    line = wait_until(
+        lambda: next((ln for ln in worker.log().splitlines() if outcome_line in ln), None),
+        what="the refused success's outcome line",
+    )
+    assert "outcome=dead code=RESULT_NOT_SERIALIZABLE" in line
     assert worker.process.poll() is None

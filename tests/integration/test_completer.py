@@ -23,7 +23,7 @@ from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker import completer as completer_module
 from django_dbqueue.worker.completer import Completer, WriteNotTaken
 from django_dbqueue.worker.execute import execute
-from django_dbqueue.worker.outcome import Outcome
+from django_dbqueue.worker.outcome import Ended, Outcome
 from tests.integration.test_leases import row_locked_elsewhere, run_in_thread
 from tests.jobs import tasks
 from tests.waiting import wait_until
@@ -61,12 +61,15 @@ class Reports:
 
     def __init__(self) -> None:
         self.outcomes: dict[int, Outcome] = {}
+        #: The error code each job's outcome was reported with.
+        self.codes: dict[int, str] = {}
         self.arrived = threading.Condition()
 
-    def __call__(self, written: list[tuple[JobContext, Outcome, float]]) -> None:
+    def __call__(self, written: list[Ended]) -> None:
         with self.arrived:
-            for context, outcome, _ in written:
-                self.outcomes[context.job_id] = outcome
+            for attempt in written:
+                self.outcomes[attempt.context.job_id] = attempt.outcome
+                self.codes[attempt.context.job_id] = attempt.code
             self.arrived.notify_all()
 
     def wait_for(self, count: int) -> dict[int, Outcome]:
@@ -275,6 +278,8 @@ def test_a_row_the_database_refuses_fails_alone_dead_and_the_completer_goes_on(
         bad.job_id: Outcome.DEAD,
         other.job_id: Outcome.SUCCEEDED,
     }
+    # Reported (logged, signalled) with the code it was written with.
+    assert reports.codes == {good.job_id: "", bad.job_id: RESULT_NOT_SERIALIZABLE, other.job_id: ""}
     # Recorded as a failure, not left running for the reaper to run again.
     refused = Job.objects.get(pk=bad.job_id)
     assert (refused.state, refused.attempts, refused.last_error_code) == (
@@ -340,8 +345,8 @@ def test_a_success_whose_reply_was_lost_is_reported_succeeded_once(
     reports: list[tuple[int, Outcome]] = []
     arrived = threading.Event()
 
-    def written(batch: list[tuple[JobContext, Outcome, float]]) -> None:
-        reports.extend((context.job_id, outcome) for context, outcome, _ in batch)
+    def written(batch: list[Ended]) -> None:
+        reports.extend((attempt.context.job_id, attempt.outcome) for attempt in batch)
         arrived.set()
 
     with running(Completer(threading.Event(), written)) as completer:
@@ -381,8 +386,8 @@ def test_a_failing_report_neither_stops_the_completer_nor_the_next_report() -> N
     reports = Reports()
     failed = threading.Event()
 
-    def fail_on_the_first(written: list[tuple[JobContext, Outcome, float]]) -> None:
-        if any(context.job_id == first.job_id for context, _, _ in written):
+    def fail_on_the_first(written: list[Ended]) -> None:
+        if any(attempt.context.job_id == first.job_id for attempt in written):
             failed.set()
             raise RuntimeError("a receiver bug")
         reports(written)
@@ -459,8 +464,8 @@ def test_successes_that_queue_up_together_are_reported_in_one_call() -> None:
     calls: list[list[int]] = []
     done = threading.Event()
 
-    def written(batch: list[tuple[JobContext, Outcome, float]]) -> None:
-        calls.append([context.job_id for context, _, _ in batch])
+    def written(batch: list[Ended]) -> None:
+        calls.append([attempt.context.job_id for attempt in batch])
         done.set()
 
     completer = Completer(threading.Event(), written)

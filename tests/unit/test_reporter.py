@@ -15,7 +15,7 @@ from django_dbqueue.leases import Lease
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.live import LiveJobs
 from django_dbqueue.worker.outcome import Outcome
-from django_dbqueue.worker.reporter import Line, OutcomeLog, OutcomeReporter, report
+from django_dbqueue.worker.reporter import Finished, Line, OutcomeLog, OutcomeReporter, report
 from tests.manual_clock import ManualClock
 
 
@@ -44,8 +44,10 @@ def test_outcomes_are_logged_and_signalled_in_order_then_it_stops(
     wake_ups: list[None] = []
     reporter = OutcomeReporter(WorkerCounters(), LiveJobs(), lambda: wake_ups.append(None))
     reporter.start()
-    reporter.put([(lease(1), Outcome.SUCCEEDED, 0.01), (lease(2), Outcome.LEASE_LOST, 0.02)])
-    reporter.put([(lease(3), Outcome.SUCCEEDED, 0.03)])
+    reporter.put(
+        [Finished(lease(1), Outcome.SUCCEEDED, 0.01), Finished(lease(2), Outcome.LEASE_LOST, 0.02)]
+    )
+    reporter.put([Finished(lease(3), Outcome.SUCCEEDED, 0.03)])
     reporter.close(timeout=10)
 
     assert not reporter.is_alive()
@@ -70,6 +72,33 @@ def test_a_failure_is_signalled_with_the_error_code_it_was_recorded_with() -> No
     finally:
         signals.job_finished.disconnect(dispatch_uid="test_reporter_code")
     assert received == [("dead", "TASK_NOT_FOUND"), ("succeeded", "")]
+
+
+def test_the_reporter_thread_logs_and_signals_each_outcome_with_its_own_code(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_dbqueue")
+    received: list[tuple[int, str, str]] = []
+
+    def receiver(sender: object, lease: Lease, outcome: str, error_code: str, **_: Any) -> None:
+        received.append((lease.job_id, outcome, error_code))
+
+    signals.job_finished.connect(receiver, dispatch_uid="test_reporter_thread_code")
+    try:
+        reporter = OutcomeReporter(WorkerCounters(), LiveJobs(), lambda: None)
+        reporter.start()
+        reporter.put(
+            [
+                Finished(lease(6), Outcome.SUCCEEDED, 0.01),
+                Finished(lease(7), Outcome.DEAD, 0.01, "RESULT_NOT_SERIALIZABLE"),
+            ]
+        )
+        reporter.close(timeout=10)
+    finally:
+        signals.job_finished.disconnect(dispatch_uid="test_reporter_thread_code")
+    assert received == [(6, "succeeded", ""), (7, "dead", "RESULT_NOT_SERIALIZABLE")]
+    dead_line = next(r for r in caplog.records if r.getMessage().startswith("job id=7 "))
+    assert "outcome=dead code=RESULT_NOT_SERIALIZABLE" in dead_line.getMessage()
 
 
 @pytest.fixture
