@@ -18,11 +18,6 @@ log = logging.getLogger(__name__)
 #: wherever the caller chooses to run it: in a worker, on its heartbeat's connection).
 Renewer = Callable[[leases.Lease], leases.Renewal]
 
-#: Takes a task's newest progress report for its lease, to write now or at its turn; returns
-#: ``False`` when it learned the lease is lost (``progress.Inline``; in a worker, its
-#: heartbeat's ``ProgressBoard.post``, which writes on the heartbeat's connection).
-ProgressPoster = Callable[[leases.Lease, progress.Progress], bool]
-
 #: Guards the first look at a context's events, so two threads never make two of one.
 _events_made = threading.Lock()
 
@@ -45,8 +40,8 @@ class JobContext:
     calling thread's connection. A worker passes its heartbeat's
     (``Heartbeat.renew_now``), so a task's renewal never runs on the task's
     connection inside the task's transaction. ``post_progress`` takes ``set_progress``'s
-    reports the same way: a worker passes its heartbeat's; by default they are
-    written on the calling thread's connection (``progress.Inline``).
+    reports the same way (``progress.Poster``): a worker passes its heartbeat's board; by
+    default they are written on the calling thread's connection (``progress.Inline``).
     """
 
     __slots__ = ("_events", "_progress", "_renewer", "attempt_call", "lease")
@@ -55,7 +50,7 @@ class JobContext:
         self,
         lease: leases.Lease,
         renewer: Renewer | None = None,
-        post_progress: ProgressPoster | None = None,
+        post_progress: progress.Poster | None = None,
     ) -> None:
         self.lease = lease
         self._renewer = renewer or _renew_here
@@ -165,9 +160,10 @@ class JobContext:
         tight loop: at most one write a second per job (``progress.INTERVAL``);
         reports in between replace each other and only the newest is written,
         in a worker by its heartbeat thread about a second after the last
-        write at the latest. The write never runs in the task's own
-        transaction in a worker, and never waits for a row lock held
-        elsewhere. A value no database stores (a negative or non-finite
+        write at the latest. The attempt's last report is written before its
+        outcome, so a finished job shows where its task stopped. The write
+        never runs in the task's own transaction in a worker, and never waits
+        for a row lock held elsewhere. A value no database stores (a negative or non-finite
         number, ``done > total``, a message with NUL) raises
         ``InvalidProgress`` here, writing nothing; a message past
         ``progress.MAX_MESSAGE_CHARS`` characters is cut.
@@ -176,9 +172,15 @@ class JobContext:
         if not self.lease_lost.is_set():
             if self._progress is None:
                 self._progress = progress.Inline()
-            if self._progress(self.lease, report):
+            if self._progress.post(self.lease, report):
                 return
         raise self._lost()
+
+    def unwritten_progress(self) -> progress.Progress | None:
+        """The worker's, at the attempt's end: the newest ``set_progress`` report not known to be
+        written, taken (a second call returns ``None``), for ``execute`` to write before the
+        outcome. ``None`` when the task reported nothing, or its newest report is stored."""
+        return None if self._progress is None else self._progress.unwritten(self.lease)
 
     def _lost(self) -> LeaseLost:
         """Set ``lease_lost``; the ``LeaseLost`` to raise to the task."""

@@ -13,6 +13,9 @@ the newest report waits for its turn, the ones it replaced are dropped. In a
 worker the heartbeat thread writes the waiting report once its turn comes
 (``worker.progress``); outside one (``run_jobs``, eager mode) ``Inline``
 writes on the calling thread's connection, when a call comes at its turn.
+Either is a ``Poster``. When the attempt ends, the newest report not known to
+be written is taken from its poster (``Poster.unwritten``) and written before
+the outcome, so the pacing never loses a task's last word.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django_dbqueue import jsontext, leases, sql
 from django_dbqueue.exceptions import InvalidProgress
@@ -141,18 +144,46 @@ def write(reports: Sequence[tuple[leases.Lease, Progress]]) -> ProgressWrite:
     return ProgressWrite(written=written, skipped=skipped, missed=missed)
 
 
+class Poster(Protocol):
+    """Where a task's reports go (``context.set_progress``): ``Inline``, or in a worker
+    its heartbeat's ``ProgressBoard``."""
+
+    def post(self, lease: leases.Lease, report: Progress) -> bool:
+        """Take ``report`` as the job's newest, to write now or at its turn; ``False`` when
+        this learned that the lease is lost."""
+        ...
+
+    def unwritten(self, lease: leases.Lease) -> Progress | None:
+        """The attempt is over: its newest report not known to be written (taken, so it is
+        written once, by the caller, before the outcome), or ``None``."""
+        ...
+
+
 class Pacer:
     """One job's reports, at most one write per ``INTERVAL``: the newest waits its turn.
 
     Not thread-safe: its owner serializes calls (one task thread, or a lock).
     """
 
-    __slots__ = ("_next_turn", "waiting")
+    __slots__ = ("_next_turn", "newest", "waiting", "written")
 
     def __init__(self) -> None:
         self._next_turn = 0.0
-        #: The newest report not yet written, or ``None``.
+        #: The newest report not yet taken for a write, or ``None``.
         self.waiting: Progress | None = None
+        #: The newest report posted, written or not.
+        self.newest: Progress | None = None
+        #: The newest report known written.
+        self.written: Progress | None = None
+
+    def post(self, report: Progress) -> None:
+        """Keep ``report`` as the newest, waiting for its turn."""
+        self.waiting = self.newest = report
+
+    def unwritten(self) -> Progress | None:
+        """The newest report unless it is known written: one waiting, or one taken whose
+        write has not been confirmed (writing it again stores the same values)."""
+        return None if self.newest is self.written else self.newest
 
     def turn(self) -> float:
         """When (``time.monotonic``) the waiting report may be written."""
@@ -172,10 +203,9 @@ class Inline:
     """Writes a task's reports on the calling thread's connection, paced (``run_jobs``).
 
     A report is written when it comes at its job's turn; one that comes
-    sooner waits for a later call (nothing else writes it: a burst's last
-    report may stay unwritten). Returns ``False`` when the write found the
-    lease lost; a skipped write (row locked elsewhere) keeps the report
-    waiting for the next turn.
+    sooner waits for a later call, or for the attempt's end (``unwritten``).
+    ``post`` returns ``False`` when the write found the lease lost; a skipped
+    write (row locked elsewhere) keeps the report waiting for the next turn.
     """
 
     __slots__ = ("_pacer",)
@@ -183,12 +213,19 @@ class Inline:
     def __init__(self) -> None:
         self._pacer = Pacer()
 
-    def __call__(self, lease: leases.Lease, report: Progress) -> bool:
-        self._pacer.waiting = report
+    def post(self, lease: leases.Lease, report: Progress) -> bool:
+        self._pacer.post(report)
         due = self._pacer.take(time.monotonic())
         if due is None:
             return True
         found = write([(lease, due)])
-        if lease.job_id in found.skipped:
+        if lease.job_id in found.written:
+            self._pacer.written = due
+        elif lease.job_id in found.skipped:
             self._pacer.waiting = due
         return lease.job_id not in found.missed
+
+    def unwritten(self, lease: leases.Lease) -> Progress | None:
+        report = self._pacer.unwritten()
+        self._pacer = Pacer()
+        return report

@@ -75,7 +75,7 @@ nitpick_ignore_regex = [
     (
         r"py:.*",
         r"(django_dbqueue\.\w+\.)?(TaskOptions|Callee|EnqueueOptions|Enqueueable|TaskDefaults|"
-        r"OneCall|Renewer|ProgressPoster|ErrorInfo|TaskResult|AttemptCall|timedelta|models\.Model)",
+        r"OneCall|Renewer|(progress\.)?Poster|ErrorInfo|TaskResult|AttemptCall|timedelta|models\.Model)",
     ),
     (r"py:.*", r"(Any|Callable|Iterable|Iterator|Sequence|Mapping|P|R|T|Self|NoneType)"),
     (r"py:.*", r"(int|str|float|bool|bytes|object|dict|list|tuple|set|frozenset|type)"),

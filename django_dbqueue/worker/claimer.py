@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from django_dbqueue import leases
-from django_dbqueue.context import JobContext, ProgressPoster, Renewer
+from django_dbqueue.context import JobContext, Renewer
+from django_dbqueue.progress import Poster
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.execute import Resolved, resolve_all
 from django_dbqueue.worker.live import LiveJobs
@@ -110,7 +111,7 @@ class Claimer:
         counters: WorkerCounters,
         live: LiveJobs,
         renew_now: Renewer,
-        post_progress: ProgressPoster,
+        post_progress: Poster,
         wake: threading.Event,
     ) -> None:
         self.concurrency = concurrency

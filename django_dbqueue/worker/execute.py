@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from django_dbqueue import durations, leases, middleware, runnable, signals
+from django_dbqueue import durations, leases, middleware, progress, runnable, signals
 from django_dbqueue.context import JobContext
 from django_dbqueue.errors import (
     BAD_ARGUMENTS,
@@ -31,6 +31,7 @@ from django_dbqueue.exceptions import (
     TaskNotFound,
     UnstorableResult,
 )
+from django_dbqueue.logfields import job_fields
 from django_dbqueue.models import Job
 from django_dbqueue.runnable import Runnable
 from django_dbqueue.worker import leftovers
@@ -172,10 +173,35 @@ class _Recording:
     started: float
 
     def settle(self, verdict: Verdict, failure: BaseException | None = None) -> Outcome:
-        """Write ``verdict`` (``outcome.write_retried``), then report the outcome written,
-        logging ``failure`` (what failed the attempt) with its traceback."""
+        """Write the last progress report, then ``verdict`` (``outcome.write_retried``), then
+        report the outcome written, logging ``failure`` (what failed the attempt) with its
+        traceback."""
+        self.write_last_progress()
         outcome, written = write_retried(self.context, self.writer, verdict)
         return self.reported(outcome, written.code, failure)
+
+    def write_last_progress(self) -> None:
+        """Write the task's newest progress report not known to be stored
+        (``JobContext.unwritten_progress``) through the outcome's writer, before the outcome:
+        the pacing never loses the attempt's last report. One fenced statement, only when
+        there is such a report. Best effort: a write that fails is logged at WARNING and the
+        outcome is written all the same."""
+        report = self.context.unwritten_progress()
+        if report is None:
+            return
+        lease = self.context.lease
+        try:
+            self.writer.write(
+                lambda: lease.job_id in progress.write([(lease, report)]).written,
+                time.monotonic() + lease.lease_seconds,
+            )
+        except Exception as exc:  # noqa: BLE001 - progress is best effort; the outcome follows.
+            log.warning(
+                "job id=%s last progress report not written: %s",
+                lease.job_id,
+                exc,
+                extra=job_fields(lease),
+            )
 
     def reported(
         self, outcome: Outcome, code: str, failure: BaseException | None = None
@@ -216,6 +242,7 @@ def _attempt(job: _Recording, resolved: Resolved) -> Outcome:
     # the job as a failed attempt, and the slot goes on.
     except BaseException as exc:  # noqa: BLE001
         return job.settle(_failed(context, task, exc), exc)
+    job.write_last_progress()
     try:
         return job.writer.succeeded(context, result, job.started)
     except UnstorableResult as exc:

@@ -8,8 +8,9 @@ sleeps no longer than the next report's turn (``next_turn``). A report whose
 row another transaction holds locked waits for the next turn (a newer report
 replaces it); one whose lease the write found lost sets the job's
 ``lease_lost``, so the task's next ``set_progress`` raises ``LeaseLost``.
-Reports of jobs that left the worker are dropped unwritten: the outcome
-settled the job.
+When an attempt ends, its job thread takes the newest report not known to be
+written (``unwritten``) and writes it before the outcome; the board forgets
+the job then, and drops whatever else of jobs that left the worker.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _Key = tuple[int, int]
 
 
 class ProgressBoard:
-    """Reports waiting for the heartbeat, paced per job (``progress.Pacer``). Thread-safe."""
+    """Reports waiting for the heartbeat, paced per job (``progress.Pacer``); a
+    ``progress.Poster``. Thread-safe."""
 
     def __init__(self, live: LiveJobs, counters: WorkerCounters, wake: Callable[[], None]) -> None:
         self.live = live
@@ -48,10 +50,18 @@ class ProgressBoard:
         with self._lock:
             _, pacer = self._pacers.setdefault(key, (lease, progress.Pacer()))
             was_waiting = pacer.waiting is not None
-            pacer.waiting = report
+            pacer.post(report)
         if not was_waiting:
             self._wake()
         return True
+
+    def unwritten(self, lease: leases.Lease) -> progress.Progress | None:
+        """The attempt is over: its newest report not known to be written, and the job
+        forgotten. A write of that report in flight on the heartbeat may land too; it
+        stores the same values, or is refused once the outcome is written."""
+        with self._lock:
+            entry = self._pacers.pop((lease.job_id, lease.lease_token), None)
+            return None if entry is None else entry[1].unwritten()
 
     def next_turn(self) -> float:
         """When (``time.monotonic``) the earliest waiting report may be written; inf: none."""
@@ -75,10 +85,13 @@ class ProgressBoard:
         lost = self._unsettled([lease for lease, _ in due if lease.job_id in written.missed])
         with self._lock:
             for lease, report in due:
-                if lease.job_id in written.skipped:
-                    entry = self._pacers.get((lease.job_id, lease.lease_token))
-                    if entry is not None and entry[1].waiting is None:
-                        entry[1].waiting = report
+                entry = self._pacers.get((lease.job_id, lease.lease_token))
+                if entry is None:
+                    continue
+                if lease.job_id in written.written:
+                    entry[1].written = report
+                elif lease.job_id in written.skipped and entry[1].waiting is None:
+                    entry[1].waiting = report
         for lease in lost:
             job = self.live.get(lease.job_id)
             if job is None or job.lease.lease_token != lease.lease_token:

@@ -104,7 +104,7 @@ class Worker:
             self.counters,
             self.live,
             self.heartbeat.renew_now,
-            self.heartbeat.progress.post,
+            self.heartbeat.progress,
             self.wake,
         )
         self.pool = JobPool(

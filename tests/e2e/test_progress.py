@@ -25,6 +25,7 @@ from tests.e2e.test_lease_renewal import (
 )
 from tests.integration.test_leases import row_locked_elsewhere
 from tests.jobs.e2e_tasks import gated, reports_progress_in_a_transaction
+from tests.jobs.tasks import reports_a_burst
 from tests.testapp.models import Execution
 from tests.waiting import wait_until
 
@@ -77,3 +78,20 @@ def test_progress_in_a_transaction_under_an_operators_row_lock_stalls_nothing(
     # The task learned it from set_progress (LeaseLost) and stopped within a lease or so.
     learned = rf"job id={reporting.pk} task=\S+ attempt=1/5 .* outcome=lease_lost"
     assert re.search(learned, first.log())
+
+
+@e2e_db
+def test_a_worker_writes_a_bursts_last_report_before_the_outcome(
+    start_worker: StartWorker,
+) -> None:
+    succeeds = reports_a_burst.enqueue(1000)
+    fails = reports_a_burst.enqueue(1000, then_fail=True)
+    worker = start_worker("--concurrency", "2", "--burst")
+    assert worker.wait() == 0, worker.log()
+    for job, state in ((succeeds, JobState.SUCCEEDED), (fails, JobState.DEAD)):
+        finished = Job.objects.get(pk=job.pk)
+        assert finished.state == state
+        # Reported well within one pacing interval: only the first report was written by the
+        # heartbeat; the last one, with the outcome.
+        assert finished.current_progress["done"] == 1000  # type: ignore[index]
+        assert finished.current_progress["message"] == "row 1000"  # type: ignore[index]

@@ -21,6 +21,7 @@ from django_dbqueue.context import JobContext
 from django_dbqueue.exceptions import InvalidProgress, LeaseLost
 from django_dbqueue.models import Job
 from django_dbqueue.progress import Progress
+from django_dbqueue.testing import run_jobs
 from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.live import LiveJobs
@@ -178,6 +179,18 @@ class TestInline:
         print(f"inline: {CALLS} calls in {elapsed:.2f}s, {len(writes)} writes")
         assert 1 <= len(writes) <= elapsed / progress.INTERVAL + 1
 
+    @pytest.mark.parametrize(("then_fail", "state"), [(False, "succeeded"), (True, "dead")])
+    def test_the_last_report_of_a_burst_is_written_before_the_outcome(
+        self, then_fail: bool, state: str
+    ) -> None:
+        job = tasks.reports_a_burst.enqueue(500, then_fail=then_fail)
+        with counted_writes(connection) as writes:
+            run_jobs()
+        finished = Job.objects.get(pk=job.pk)
+        assert finished.state == state
+        assert (finished.progress["done"], finished.progress["message"]) == (500, "row 500")
+        assert len(writes) == 2  # the first report at once, the last with the outcome
+
     def test_a_bad_value_leaves_the_tasks_transaction_usable(self) -> None:
         tasks.noop.enqueue()
         context = JobContext(claim_one())
@@ -267,7 +280,7 @@ class TestInAWorker:
         tasks.noop.enqueue()
         live = LiveJobs()
         with heartbeat_counting_writes(live) as (heartbeat, writes):
-            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress.post)
+            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress)
             live.add([(context, None)])
             with counted_writes(connection) as on_the_tasks_connection:
                 started = time.monotonic()
@@ -297,7 +310,7 @@ class TestInAWorker:
         tasks.noop.enqueue()
         live = LiveJobs()
         with heartbeat_counting_writes(live) as (heartbeat, _):
-            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress.post)
+            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress)
             live.add([(context, None)])
             with transaction.atomic():
                 tasks.noop.enqueue()  # the task wrote something first
@@ -310,7 +323,7 @@ class TestInAWorker:
         tasks.noop.enqueue()
         live = LiveJobs()
         with heartbeat_counting_writes(live) as (heartbeat, writes):
-            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress.post)
+            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress)
             live.add([(context, None)])
             with row_locked_elsewhere(context.job_id):
                 context.set_progress(5, 9, "while locked")
@@ -323,7 +336,7 @@ class TestInAWorker:
         stale, _ = reclaimed_by_another_worker()
         live = LiveJobs()
         with heartbeat_counting_writes(live) as (heartbeat, _):
-            context = JobContext(stale, heartbeat.renew_now, heartbeat.progress.post)
+            context = JobContext(stale, heartbeat.renew_now, heartbeat.progress)
             live.add([(context, None)])
             context.set_progress(1, 2)  # only posted: the heartbeat writes it
             wait_until(context.lease_lost.is_set, 5, "the heartbeat to find the lease lost")

@@ -68,6 +68,17 @@ def with_context(context: JobContext, label: str) -> dict[str, Any]:
     }
 
 
+@task(takes_context=True, max_attempts=1)
+def reports_a_burst(context: JobContext, count: int, then_fail: bool = False) -> int:
+    """Report progress ``count`` times as fast as it goes (well within one pacing interval),
+    then return ``count``, or with ``then_fail`` raise ``PermanentError``."""
+    for done in range(1, count + 1):
+        context.set_progress(done, count, f"row {done}")
+    if then_fail:
+        raise PermanentError(f"failed after {count} rows")
+    return count
+
+
 class Held:
     """Jobs of ``held`` wait here until the test lets them go (in-process workers only)."""
 

@@ -70,11 +70,25 @@ def test_a_long_message_is_cut_not_refused() -> None:
 
 def test_the_pacer_gives_the_newest_report_once_per_interval() -> None:
     pacer = Pacer()
-    pacer.waiting = Progress(1, None, "")
+    pacer.post(Progress(1, None, ""))
     assert pacer.take(100.0) == Progress(1, None, "")
     assert pacer.take(100.0) is None  # nothing waiting
     for done in range(2, 10_000):
-        pacer.waiting = Progress(done, None, "")
+        pacer.post(Progress(done, None, ""))
         assert pacer.take(100.0 + INTERVAL / 2) is None
     assert pacer.turn() == 100.0 + INTERVAL
     assert pacer.take(100.0 + INTERVAL) == Progress(9_999, None, "")
+
+
+def test_the_unwritten_report_is_the_newest_until_its_write_is_confirmed() -> None:
+    pacer = Pacer()
+    assert pacer.unwritten() is None  # nothing reported
+    first, second = Progress(1, 2, ""), Progress(2, 2, "")
+    pacer.post(first)
+    assert pacer.unwritten() is first  # waiting
+    assert pacer.take(100.0) is first
+    assert pacer.unwritten() is first  # taken, its write not confirmed: written again
+    pacer.written = first
+    assert pacer.unwritten() is None
+    pacer.post(second)
+    assert pacer.unwritten() is second
