@@ -54,6 +54,10 @@ BackoffLookup = Callable[[str, "str | None"], Backoff]
 #: Rotates which queue goes first when a claim serves several.
 _turns = itertools.count()
 
+#: Keyed ready jobs a claim reads in claim order per job it may take, at most, before it
+#: walks the serial keys instead (``serial_window`` of the claim statements).
+SERIAL_WINDOW = 10
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -132,14 +136,22 @@ def claim(queues: Sequence[str] | None, worker_id: str, limit: int) -> list[Leas
     """
     if limit < 1:
         return []
-    connection = queue_connection()
-    params = {
+    params = claim_params(queues, worker_id, limit, next(_turns) % 1024)
+    return _leases(sql.run_alone(queue_connection(), "claim", params), worker_id)
+
+
+def claim_params(
+    queues: Sequence[str] | None, worker_id: str, limit: int, turn: int = 0
+) -> dict[str, Any]:
+    """The parameters of the ``claim`` statement for ``claim(queues, worker_id, limit)``, with
+    ``turn`` choosing which of several queues goes first."""
+    return {
         "queues": list(queues) if queues is not None else None,
         "worker_id": worker_id,
         "limit": limit,
-        "turn": next(_turns) % 1024,
+        "serial_window": SERIAL_WINDOW * limit,
+        "turn": turn,
     }
-    return _leases(sql.run_alone(connection, "claim", params), worker_id)
 
 
 def claim_jobs(job_ids: Iterable[int], worker_id: str) -> list[Lease]:

@@ -7,6 +7,8 @@
 
 from django.db import migrations
 
+from django_dbqueue.migrations._vendor import run_on_mysql
+
 MYSQL_FORWARD = [
     "ALTER TABLE dbqueue_job ADD COLUMN active_dedupe_key varchar(255) AS "
     "(CASE WHEN state IN ('ready', 'running') THEN dedupe_key END) VIRTUAL",
@@ -22,15 +24,6 @@ MYSQL_BACKWARD = [
     "DROP INDEX dbqueue_job_active_dedupe_my ON dbqueue_job",
     "ALTER TABLE dbqueue_job DROP COLUMN active_dedupe_key",
 ]
-
-
-def run_on_mysql(statements):
-    def run(apps, schema_editor):
-        if schema_editor.connection.vendor == "mysql":
-            for statement in statements:
-                schema_editor.execute(statement)
-
-    return run
 
 
 class Migration(migrations.Migration):

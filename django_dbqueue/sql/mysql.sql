@@ -49,25 +49,99 @@ LIMIT %(count)s;
 -- highest priority first across them (MySQL has no LATERAL: there is no per-queue turn;
 -- %(turn)s is unused). Rows locked by other transactions are skipped, never awaited. A job
 -- with a serial key waits while an earlier job with that key is ready or running, or any
--- job with that key runs (a requeued one included). Each
--- claimed row gets attempts + 1, lease_token + 1, the worker id and a lease.
-SELECT c.id FROM dbqueue_job AS c
-WHERE c.state = 'ready' AND c.run_at <= UTC_TIMESTAMP(6)
-  AND (%(queues)s IS NULL OR c.queue IN (
-      SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (
-          name VARCHAR(100) PATH '$'
-      )) AS q
+-- job with that key runs (a requeued one included). Each claimed row gets attempts + 1,
+-- lease_token + 1, the worker id and a lease.
+-- Keyed jobs are never walked past one by one: only the first job of each serial key is a
+-- candidate. The first statement reads the keyed part of the ready index in claim order,
+-- %(serial_window)s rows at most, marking each row that is its key's first ready job (the
+-- lowest id: one index dive) with no job of its key running (one index probe): its key's
+-- first active job. The second keeps those, in claim order, up
+-- to %(limit)s; only when the window was full and held fewer than %(limit)s of them (a deep
+-- key ahead, say) are the keys with a ready job walked, one index probe each (a loose index
+-- scan for GROUP BY), each giving its first ready job; that condition is a constant of the
+-- statement, so otherwise the walk never runs. Neither statement locks a row. The third
+-- locks, skipping rows locked elsewhere, up to %(limit)s keyless jobs from the keyless part
+-- of the ready index and the keyed candidates still ready and still first of their key
+-- (checked again once locked), and keeps the first %(limit)s of both in claim order; the
+-- others stay locked until the claim commits, a few milliseconds.
+SELECT w.id,
+       w.id = (
+           SELECT e.id FROM dbqueue_job AS e FORCE INDEX (dbqueue_job_serial_active_my)
+           WHERE e.serial_key = w.serial_key AND e.state = 'ready'
+           ORDER BY e.id
+           LIMIT 1
+       ) AND (
+           SELECT r.id FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_serial_active_my)
+           WHERE r.serial_key = w.serial_key AND r.state = 'running'
+           LIMIT 1
+       ) IS NULL AS head
+FROM (
+    SELECT s.id, s.serial_key FROM dbqueue_job AS s FORCE INDEX (dbqueue_job_ready_keyed_my)
+    WHERE s.state = 'ready' AND s.serial_keyed = 1 AND s.run_at <= UTC_TIMESTAMP(6)
+      AND (%(queues)s IS NULL OR s.queue IN (
+          SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (
+              name VARCHAR(100) PATH '$'
+          )) AS q
+      ))
+    ORDER BY s.priority DESC, s.run_at, s.id
+    LIMIT %(serial_window)s
+) AS w;
+SELECT h.id FROM (
+    SELECT seen.id FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+        id BIGINT PATH '$[0]', head INT PATH '$[1]'
+    )) AS seen
+    WHERE seen.head = 1
+    UNION
+    SELECT walked.id FROM (
+        SELECT serial_key, MIN(id) AS id FROM dbqueue_job FORCE INDEX (dbqueue_job_serial_active_my)
+        WHERE state = 'ready' AND serial_key IS NOT NULL
+        GROUP BY serial_key
+    ) AS walked
+    WHERE JSON_LENGTH(%(previous)s) = %(serial_window)s
+      AND (SELECT COUNT(*) FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+              head INT PATH '$[1]'
+          )) AS found WHERE found.head = 1) < %(limit)s
+) AS first_of_key
+STRAIGHT_JOIN dbqueue_job AS h FORCE INDEX (PRIMARY) ON h.id = first_of_key.id
+WHERE h.state = 'ready' AND h.run_at <= UTC_TIMESTAMP(6)
+  AND (%(queues)s IS NULL OR h.queue IN (
+      SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
   ))
-  AND (c.serial_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM dbqueue_job AS e
-      WHERE e.serial_key = c.serial_key AND e.id < c.id AND e.state IN ('ready', 'running')
-  ) AND NOT EXISTS (
-      SELECT 1 FROM dbqueue_job AS r
-      WHERE r.serial_key = c.serial_key AND r.state = 'running'
-  ))
-ORDER BY c.priority DESC, c.run_at, c.id
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+  AND (
+      SELECT r.id FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_serial_active_my)
+      WHERE r.serial_key = h.serial_key AND r.state = 'running'
+      LIMIT 1
+  ) IS NULL
+ORDER BY h.priority DESC, h.run_at, h.id
+LIMIT %(limit)s;
+(SELECT k.id, k.priority, k.run_at FROM dbqueue_job AS k FORCE INDEX (dbqueue_job_ready_keyed_my)
+ WHERE k.state = 'ready' AND k.serial_keyed = 0 AND k.run_at <= UTC_TIMESTAMP(6)
+   AND (%(queues)s IS NULL OR k.queue IN (
+       SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+   ))
+ ORDER BY k.priority DESC, k.run_at, k.id
+ LIMIT %(limit)s
+ FOR UPDATE SKIP LOCKED)
+UNION ALL
+(SELECT c.id, c.priority, c.run_at
+ FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS first_of_key
+ STRAIGHT_JOIN dbqueue_job AS c FORCE INDEX (PRIMARY) ON c.id = first_of_key.id
+ WHERE c.state = 'ready' AND c.run_at <= UTC_TIMESTAMP(6)
+   AND c.id = (
+       SELECT e.id FROM dbqueue_job AS e FORCE INDEX (dbqueue_job_serial_active_my)
+       WHERE e.serial_key = c.serial_key AND e.state = 'ready'
+       ORDER BY e.id
+       LIMIT 1
+   ) AND (
+       SELECT r.id FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_serial_active_my)
+       WHERE r.serial_key = c.serial_key AND r.state = 'running'
+       LIMIT 1
+   ) IS NULL
+ ORDER BY c.priority DESC, c.run_at, c.id
+ LIMIT %(limit)s
+ FOR UPDATE SKIP LOCKED)
+ORDER BY priority DESC, run_at, id
+LIMIT %(limit)s;
 SET @dbqueue_claimed_at = UTC_TIMESTAMP(6);
 UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id

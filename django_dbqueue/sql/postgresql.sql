@@ -122,9 +122,9 @@ RETURNING id, created_at, run_at,
 -- part of the ready index (dbqueue_job_ready_keyless), so keyed jobs are never walked past.
 -- Keyed candidates are the first job of each serial key only (ready, due, in a served
 -- queue, no job of its key running). They are looked for first in claim order, in the
--- keyed part of the ready index (dbqueue_job_ready_serial), 10 x %(limit)s jobs per queue
--- at most, each checked by an index probe. Only when that finds fewer than %(limit)s in a
--- queue whose keyed jobs go on (a deep key ahead, say) are the keys with an active job
+-- keyed part of the ready index (dbqueue_job_ready_serial), %(serial_window)s jobs per queue
+-- at most (10 x %(limit)s: leases.SERIAL_WINDOW), each checked by an index probe. Only when
+-- that finds fewer than %(limit)s in a queue whose keyed jobs go on (a deep key ahead, say) are the keys with an active job
 -- walked, one index probe each (a loose scan of the active serial-key index), taking each
 -- key's first active job (lowest id). So a claim of 10 reads at most 100 keyed rows per
 -- queue plus, in that case, one row per active key, however many jobs wait on each key:
@@ -186,14 +186,14 @@ serial_in_order AS (
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
           AND serial_key IS NOT NULL
         ORDER BY priority DESC, run_at, id
-        LIMIT 10 * %(limit)s
+        LIMIT %(serial_window)s
     ) c
 ),
 serial_walk AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM serial_in_order
         GROUP BY queue
-        HAVING count(*) = 10 * %(limit)s AND count(*) FILTER (WHERE first_of_key) < %(limit)s
+        HAVING count(*) = %(serial_window)s AND count(*) FILTER (WHERE first_of_key) < %(limit)s
     ) AS needed
 ),
 serial_key_walk AS (

@@ -32,7 +32,7 @@ JOBS_PER_KEY = 30
 #: How long each job holds its key: long enough for an overlap to show in the timestamps.
 PAUSE = 0.005
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.locking]
 
 
 def test_three_workers_run_each_keys_jobs_in_enqueue_order_without_overlap(

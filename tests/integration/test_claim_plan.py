@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from django_dbqueue import sql
+from django_dbqueue import leases, sql
 from django_dbqueue.models import TERMINAL_STATES, Job
 from tests.testapp.models import Order
 
@@ -45,7 +45,7 @@ def big_backlog() -> None:
 
 
 def claim_plan(queues: list[str] | None) -> str:
-    return statement_plan("claim", {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0})
+    return statement_plan("claim", leases.claim_params(queues, "w1", 10))
 
 
 def statement_plan(name: str, params: dict[str, object], analyze: bool = False) -> str:
@@ -141,7 +141,7 @@ def test_the_claim_runs_one_path_and_its_plain_path_reads_the_ready_index_in_ord
     big_backlog: None, queues: list[str] | None, taken: str, prepared: bool
 ) -> None:
     # Three queues have ready jobs: every queue (None) takes turns, the general path.
-    params = {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0}
+    params = leases.claim_params(queues, "w1", 10)
     explain = generic_plan if prepared else statement_plan
     plan = explain("claim", params, analyze=True)
     loops = claim_path_loops(plan)
@@ -164,12 +164,13 @@ PARAMETER_TYPES = {
     "queues": "text",
     "worker_id": "text",
     "limit": "int",
+    "serial_window": "int",
     "turn": "int",
     "rows": "text",
     "leases": "text",
 }
 EXAMPLES = {
-    "claim": {"queues": None, "worker_id": "w1", "limit": 10, "turn": 0},
+    "claim": leases.claim_params(None, "w1", 10),
     "complete": {"rows": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1", "result": null}]'},
     "renew": {"leases": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1"}]'},
 }

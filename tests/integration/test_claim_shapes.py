@@ -47,7 +47,7 @@ def general_only() -> str:
 
 def rolled_back(statement: str, queues: list[str] | None, limit: int) -> list[sql.Row]:
     """The rows ``statement`` returns for a claim of ``queues``, its writes undone."""
-    params = {"queues": queues, "worker_id": "w1", "limit": limit, "turn": 0}
+    params = leases.claim_params(queues, "w1", limit)
     adapted = {key: sql.adapt(connection, value) for key, value in params.items()}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(statement, adapted)

@@ -21,7 +21,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_dbqueue import InvalidJob, sql
+from django_dbqueue import InvalidJob, leases, sql
 from django_dbqueue.leases import Lease, cancel, claim, complete, fail, release, requeue
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.execute import execute
@@ -258,7 +258,7 @@ def serial_backlog() -> None:
 def explain_claim(queues: list[str] | None, options: str) -> dict[str, Any]:
     """The JSON plan of the named claim statement, limit 10."""
     statement = sql.statements("postgresql")["claim"]
-    params = {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0}
+    params = leases.claim_params(queues, "w1", 10)
     adapted = {key: sql.adapt(connection, value) for key, value in params.items()}
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN ({options}, FORMAT JSON) " + statement, adapted)
@@ -377,7 +377,7 @@ def rows_read(plan: dict[str, Any]) -> int:
 def test_a_claim_reads_a_bounded_number_of_rows_however_many_keyed_jobs_wait(
     deep_serial_key: None, queues: list[str] | None, prepared: bool
 ) -> None:
-    params = {"queues": queues, "worker_id": "w1", "limit": 10, "turn": 0}
+    params = leases.claim_params(queues, "w1", 10)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL jit = off")  # as on the worker's connections

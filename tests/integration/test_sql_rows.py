@@ -48,9 +48,7 @@ def with_claim_columns(change: Callable[[list[str]], list[str]]) -> dict[str, st
 @pytest.mark.django_db(transaction=True)
 def test_claim_returns_rows_by_column_name() -> None:
     tasks.noop.enqueue()
-    rows = sql.run_alone(
-        connection, "claim", {"queues": None, "worker_id": "w1", "limit": 1, "turn": 0}
-    )
+    rows = sql.run_alone(connection, "claim", leases.claim_params(None, "w1", 1))
     (row,) = rows
     assert set(row) == CLAIM_COLUMNS
 

@@ -97,7 +97,7 @@ def ready_index_pages_a_claim_reads() -> int:
     scans count the table pages they visit too.
     """
     statement = sql.statements("postgresql")["claim"]
-    params = {"queues": None, "worker_id": "w2", "limit": LIMIT, "turn": 0}
+    params = leases.claim_params(None, "w2", LIMIT)
     adapted = {key: sql.adapt(connection, value) for key, value in params.items()}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, adapted)

@@ -12,15 +12,13 @@ from datetime import datetime
 from django.db import connection
 
 from django_dbqueue import JobContext, task
+from django_dbqueue.clock import database_now
 from tests.testapp.models import Execution
 
 
 def database_clock() -> datetime:
-    """``clock_timestamp()``: the database server's time now, not the transaction's."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        now: datetime = cursor.fetchone()[0]
-    return now
+    """The database server's time now, not the transaction's (``clock.database_now``)."""
+    return database_now(connection)
 
 
 @task(takes_context=True)
