@@ -163,8 +163,8 @@ class JobContext:
         write at the latest. The attempt's last report is written before its
         outcome, so a finished job shows where its task stopped. The write
         never runs in the task's own transaction in a worker, and never waits
-        for a row lock held elsewhere. A value no database stores (a negative or non-finite
-        number, ``done > total``, a message with NUL) raises
+        for a row lock held elsewhere. A value no database stores (a negative
+        or non-finite number, ``done > total``, a message with NUL) raises
         ``InvalidProgress`` here, writing nothing; a message past
         ``progress.MAX_MESSAGE_CHARS`` characters is cut.
         """

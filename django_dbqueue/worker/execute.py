@@ -186,13 +186,13 @@ class _Recording:
         the pacing never loses the attempt's last report. One fenced statement, only when
         there is such a report. Best effort: a write that fails is logged at WARNING and the
         outcome is written all the same."""
-        report = self.context.unwritten_progress()
-        if report is None:
+        last = self.context.unwritten_progress()
+        if last is None:
             return
         lease = self.context.lease
         try:
             self.writer.write(
-                lambda: lease.job_id in progress.write([(lease, report)]).written,
+                lambda: lease.job_id in progress.write([(lease, last)]).written,
                 time.monotonic() + lease.lease_seconds,
             )
         except Exception as exc:  # noqa: BLE001 - progress is best effort; the outcome follows.
