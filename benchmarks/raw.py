@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from benchmarks.database import Connection
 from benchmarks.tasks import noop
 from django_dbqueue import conf
+from django_dbqueue.leases import claim_params
 from django_dbqueue.sql import statements
 
 WORKER_ID = "raw"
@@ -118,7 +119,7 @@ def insert_many(conn: Connection, count: int) -> None:
 
 def claim(conn: Connection, limit: int) -> list[tuple[Any, ...]]:
     """Run the package's ``claim`` statement for every queue, as ``runworkers`` does."""
-    params = {"queues": None, "worker_id": WORKER_ID, "limit": limit, "turn": 0}
+    params = claim_params(None, WORKER_ID, limit)
     return conn.execute(statements("postgresql")["claim"], params).fetchall()
 
 
