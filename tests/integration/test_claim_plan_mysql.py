@@ -47,7 +47,8 @@ def big_backlog() -> None:
 
 
 def claim_statements() -> list[str]:
-    """The claim block's statements: the keyed window, its first jobs of keys, the lock..."""
+    """The claim block's statements, in order: the keyed window, the first job of each key
+    among them, the lock, then the update and its read-back."""
     return sql.statements("mysql")["claim"].split(sql.STATEMENT_END)
 
 
@@ -61,6 +62,13 @@ def query_blocks(node: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(node, list):
         for value in node:
             yield from query_blocks(value)
+
+
+def tables_of(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tables a query block reads directly (not those of its subqueries)."""
+    if "table" in block:
+        return [block["table"]]
+    return [step["table"] for step in block.get("nested_loop", []) if "table" in step]
 
 
 @pytest.mark.mysql
@@ -93,20 +101,18 @@ def test_claim_reads_keyless_jobs_through_the_keyed_ready_index_in_order(
     )
 
 
-def tables_of(block: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tables a query block reads directly (not those of its subqueries)."""
-    if "table" in block:
-        return [block["table"]]
-    return [step["table"] for step in block.get("nested_loop", []) if "table" in step]
-
-
 #: Keyed ready jobs ahead of the keyless ones, and the most rows (handler reads, temporary
 #: tables included) a claim of 10 may take to get past them: a claim that checked every
-#: keyed job against the earlier ones of its key read over 300,000 and took 0.8-4 s.
+#: keyed job against the earlier ones of its key read about 200,000 and took 0.8-4 s.
 DEEP_KEY = 100_000
 DEEP_KEY_ROWS_READ = 2_000
 #: How the ``DEEP_KEY`` keyed jobs share their keys: all on one, or each on its own.
 KEYS_OF_DEEP_BACKLOG = {"one key": "'deep'", "a key each": "CONCAT('key:', n)"}
+#: 0 to 19.
+DIGITS_20 = """
+    WITH RECURSIVE twenty(d) AS (SELECT 0 UNION ALL SELECT d + 1 FROM twenty WHERE d < 19)
+    SELECT d FROM twenty
+"""
 
 
 @pytest.fixture(params=list(KEYS_OF_DEEP_BACKLOG))
@@ -128,13 +134,6 @@ def deep_serial_key(request: pytest.FixtureRequest) -> str:
         cursor.execute("ANALYZE TABLE dbqueue_job")
         cursor.fetchall()
     return str(request.param)
-
-
-#: 0 to 19.
-DIGITS_20 = """
-    WITH RECURSIVE twenty(d) AS (SELECT 0 UNION ALL SELECT d + 1 FROM twenty WHERE d < 19)
-    SELECT d FROM twenty
-"""
 
 
 def rows_read() -> int:
