@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from django_dbqueue.models import Job, JobState
     from django_dbqueue.retry import Backoff
     from django_dbqueue.tasks import task
+    from django_dbqueue.workflows import chain, group
 
 __all__ = [
     "Backoff",
@@ -26,6 +27,8 @@ __all__ = [
     "LeaseLost",
     "PermanentError",
     "Retry",
+    "chain",
+    "group",
     "on_save",
     "task",
 ]
@@ -41,6 +44,8 @@ _HOMES = {
     "Retry": "django_dbqueue.exceptions",
     "on_save": "django_dbqueue.enqueue",
     "task": "django_dbqueue.tasks",
+    "chain": "django_dbqueue.workflows",
+    "group": "django_dbqueue.workflows",
 }
 
 

@@ -87,6 +87,7 @@ LEASE_LOST_PATH = f"{LeaseLost.__module__}.{LeaseLost.__qualname__}"
 
 # Looked up by value: django-stubs types the members of TaskResultStatus as "...".
 STATUS_OF_STATE = {
+    JobState.WAITING: TaskResultStatus("READY"),
     JobState.READY: TaskResultStatus("READY"),
     JobState.RUNNING: TaskResultStatus("RUNNING"),
     JobState.SUCCEEDED: TaskResultStatus("SUCCESSFUL"),
@@ -98,6 +99,7 @@ STATUS_OF_STATE = {
 def task_status(state: str) -> TaskResultStatus:
     """The ``TaskResult`` status of a job state: ready, running, successful or failed.
 
+    ``waiting`` (for a job's dependencies) is ``READY``: enqueued, not started.
     ``dead`` and ``cancelled`` are both ``FAILED``: the task will not run
     (again) unless an operator requeues a dead job.
     """

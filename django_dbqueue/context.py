@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from django_dbqueue import leases, progress
+from django_dbqueue import dependencies, leases, progress
 from django_dbqueue.exceptions import JobCancelled, LeaseLost
 from django_dbqueue.logfields import job_fields
 
@@ -110,6 +110,16 @@ class JobContext:
     def queue(self) -> str:
         """The queue the job was claimed from."""
         return self.lease.queue
+
+    @property
+    def dependency_results(self) -> list[Any]:
+        """The results of the jobs this one waited for (``after=``), in that order.
+
+        Read from the database each time (keep it in a variable); ``None`` for a
+        dependency that did not succeed (``on_dependency_failure="run"``) or
+        returned nothing. Empty for a job enqueued without ``after``.
+        """
+        return dependencies.results(self.job_id)
 
     @property
     def meta(self) -> Mapping[str, Any]:

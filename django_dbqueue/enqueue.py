@@ -13,14 +13,15 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
-from django.db import connections, models
+from django.db import connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, durations, middleware, sql, wakeups
+from django_dbqueue import conf, dependencies, durations, middleware, sql, wakeups
 from django_dbqueue.arguments import Call, Callee, encode_calls
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
-from django_dbqueue.models import Job, JobState
+from django_dbqueue.models import EdgeState, Job, JobState, OnFailure
 from django_dbqueue.validation import (
     INT_MIN,
     check_importable,
@@ -48,6 +49,7 @@ FRESH_COLUMNS: dict[str, Any] = {
     "last_error_code": "",
     "last_error": "",
     "progress": None,
+    "pending_dependencies": 0,
 }
 
 
@@ -98,6 +100,9 @@ class EnqueueOptions:
     dedupe_key: str | None = None
     subject: models.Model | None = None
     serial_key: str | None = None
+    #: The jobs (or ids) the new jobs wait for, and what they do when one of those fails.
+    after: Sequence[Job | int] | None = None
+    on_dependency_failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,13 @@ class JobSpec:
     backend: str | None = None
     #: What the enqueue hooks recorded (``middleware.enqueue_meta``); ``None``: nothing.
     meta: dict[str, Any] | None = None
+    #: The ids of the jobs each new job waits for (``using(after=...)``), in order.
+    after: tuple[int, ...] = ()
+    on_dependency_failure: str = OnFailure.CANCEL
+
+
+#: JobSpec fields that are not columns of the insert (``insert`` writes them as edges).
+EDGE_FIELDS = ("after", "on_dependency_failure")
 
 
 @dataclass(frozen=True)
@@ -133,10 +145,25 @@ class Shape:
     @classmethod
     def of(cls, spec: JobSpec, cfg: conf.QueueSettings) -> Shape:
         shared = {**FRESH_COLUMNS, **vars(spec)}
+        columns = {name: value for name, value in vars(spec).items() if name not in EDGE_FIELDS}
         return cls(
             spec=spec,
-            params={**vars(spec), "channel": cfg.notify_channel},
+            params={
+                **columns,
+                "channel": cfg.notify_channel,
+                "state": JobState.READY,
+                "pending_dependencies": 0,
+            },
             columns={column: shared.get(column) for column in job_columns()},
+        )
+
+    def waiting(self, pending: int) -> Shape:
+        """This shape for jobs ``waiting`` for ``pending`` dependencies."""
+        fields = {"state": JobState.WAITING, "pending_dependencies": pending}
+        return Shape(
+            spec=self.spec,
+            params={**self.params, **fields},
+            columns={**self.columns, **fields},
         )
 
     def with_meta(self, meta: dict[str, Any]) -> Shape:
@@ -210,9 +237,11 @@ def insert(
 ) -> list[Job]:
     """Insert one job per call (``rows``: the calls as JSON) in the caller's transaction.
 
-    A ``dedupe_key`` an active job of the same task holds returns that job,
+    A ``dedupe_key`` an unfinished job of the same task holds returns that job,
     unchanged, with ``deduplicated=True``. Workers are woken at commit, once
-    per queue and transaction (``wakeups``). ``shape`` is ``spec``'s, when
+    per queue and transaction (``wakeups``). Jobs with dependencies
+    (``spec.after``) are written with their edges (``insert_waiting``), in a
+    transaction of their own when the caller has none. ``shape`` is ``spec``'s, when
     the caller has it. The enqueue hooks (``middleware.enqueue_meta``) run
     first: what they add is the jobs' ``meta``.
     """
@@ -222,12 +251,25 @@ def insert(
     if meta is not None:
         shape = shape.with_meta(meta)
     connection = connections[cfg.database]
+    if spec.after:
+        if not connection.in_atomic_block:
+            with transaction.atomic(using=connection.alias):
+                return insert_waiting(connection, spec, calls, rows, shape)
+        return insert_waiting(connection, spec, calls, rows, shape)
+    return insert_rows(connection, spec, calls, rows, shape)
+
+
+def insert_rows(
+    connection: BaseDatabaseWrapper, spec: JobSpec, calls: list[Call], rows: str, shape: Shape
+) -> list[Job]:
+    """Run the insert for ``shape``: wake workers for ready jobs; read a duplicate back."""
+    ready = shape.params["state"] == JobState.READY
     pending = wakeups.pending(connection)
     params = {
         **shape.params,
         "rows": rows,
         "count": len(calls),
-        "notify": wakeups.notifies(pending, spec.queue),
+        "notify": ready and wakeups.notifies(pending, spec.queue),
     }
     statement = (
         "insert_job" if len(calls) == 1 and sql.defines(connection, "insert_job") else "insert_jobs"
@@ -236,11 +278,12 @@ def insert(
         inserted = sql.run(connection, statement, params)
         if inserted:
             jobs = built_jobs(connection.alias, shape, calls, inserted)
-            wakeups.announce(connection, spec.queue, [job.id for job in jobs], pending)
+            if ready:
+                wakeups.announce(connection, spec.queue, [job.id for job in jobs], pending)
             return jobs
         existing = (
             Job.objects.using(connection.alias)
-            .active()
+            .unfinished()
             .filter(task=spec.task, dedupe_key=spec.dedupe_key)
             .first()
         )
@@ -251,6 +294,59 @@ def insert(
         f"{spec.task}: the active job holding dedupe_key {spec.dedupe_key!r} kept "
         "changing while enqueueing; try again."
     )
+
+
+def insert_waiting(
+    connection: BaseDatabaseWrapper, spec: JobSpec, calls: list[Call], rows: str, shape: Shape
+) -> list[Job]:
+    """Insert jobs that wait for ``spec.after``, and their edges, in the caller's transaction.
+
+    The dependencies are read under a share lock (``lock_dependencies``) held to
+    the commit, so none finishes unseen before the edges are visible. A job
+    waits for the dependencies not yet succeeded; with none left it is ready at
+    once. A dependency already ``dead`` or ``cancelled`` settles the new edge at
+    once (``dependencies.settle``), as if it had just ended. Raises
+    ``InvalidJob`` when a dependency does not exist (never, or purged).
+    """
+    found = {
+        row["id"]: row["state"]
+        for row in sql.run(connection, "lock_dependencies", {"job_ids": sorted(spec.after)})
+    }
+    missing = [job_id for job_id in spec.after if job_id not in found]
+    if missing:
+        raise InvalidJob(
+            f"after: no job with id {', '.join(map(str, missing))} (never enqueued, "
+            "rolled back, or purged)."
+        )
+    unsettled = [job_id for job_id in spec.after if found[job_id] != JobState.SUCCEEDED]
+    if unsettled:
+        shape = shape.waiting(len(unsettled))
+    jobs = insert_rows(connection, spec, calls, rows, shape)
+    fresh = [job for job in jobs if not job.deduplicated]
+    edges = [
+        {
+            "job_id": job.id,
+            "depends_on_id": depends_on,
+            "position": position,
+            "on_failure": spec.on_dependency_failure,
+            "state": EdgeState.PENDING if depends_on in unsettled else EdgeState.RESOLVED,
+        }
+        for job in fresh
+        for position, depends_on in enumerate(spec.after)
+    ]
+    if edges:
+        sql.run(connection, "insert_dependencies", {"rows": edges})
+        ended = {
+            job_id: found[job_id]
+            for job_id in unsettled
+            if found[job_id] in (JobState.DEAD, JobState.CANCELLED)
+        }
+        if ended:
+            settled = dependencies.settle(connection, ended)
+            for job in fresh:
+                if job.id in settled.released or job.id in settled.cancelled:
+                    job.refresh_from_db(using=connection.alias)
+    return jobs
 
 
 def task_spec(task: Enqueueable, options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
@@ -280,6 +376,8 @@ def has_per_call_options(options: EnqueueOptions) -> bool:
         and options.dedupe_key is None
         and options.serial_key is None
         and options.subject is None
+        and options.after is None
+        and options.on_dependency_failure is None
     )
 
 
@@ -297,7 +395,38 @@ def per_call_spec(spec: JobSpec, options: EnqueueOptions) -> JobSpec:
         serial_key=optional_key("serial_key", options.serial_key),
         subject_type_id=subject_type_id,
         subject_id=subject_id,
+        after=dependency_ids(options.after),
+        on_dependency_failure=on_dependency_failure(options),
     )
+
+
+def dependency_ids(after: Sequence[Job | int] | None) -> tuple[int, ...]:
+    """The ids of ``after`` (jobs or ids), in order, each once."""
+    if after is None:
+        return ()
+    if isinstance(after, (str, bytes, Job, int)) or not isinstance(after, Sequence):
+        raise InvalidJob(f"after must be a list of jobs or job ids, not {after!r}.")
+    ids: dict[int, None] = {}
+    for item in after:
+        job_id = item.pk if isinstance(item, Job) else item
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+            raise InvalidJob(f"after: {item!r} is not a saved job or a job id.")
+        ids[job_id] = None
+    return tuple(ids)
+
+
+def on_dependency_failure(options: EnqueueOptions) -> str:
+    """The call's ``on_dependency_failure``: ``"cancel"`` (the default) or ``"run"``."""
+    policy = options.on_dependency_failure
+    if policy is None:
+        return OnFailure.CANCEL
+    if policy not in OnFailure.values:
+        raise InvalidJob(
+            f"on_dependency_failure must be one of {', '.join(OnFailure.values)}, not {policy!r}."
+        )
+    if not options.after:
+        raise InvalidJob("on_dependency_failure needs after=[...]: the jobs it is about.")
+    return OnFailure(policy)
 
 
 def schedule(options: EnqueueOptions) -> tuple[datetime | None, float]:

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_dbqueue import clock, conf, jsontext, sql
+from django_dbqueue import clock, conf, dependencies, jsontext, sql
 from django_dbqueue.errors import (
     CANCELLED,
     LEASE_EXPIRED,
@@ -346,11 +346,14 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> Completion:
     """Complete several leased jobs in one statement; report the ids completed and skipped.
 
     ``done`` pairs each lease with its result as JSON text (``encode_result``).
-    Every row keeps its own fencing check: a job whose lease is lost is left
-    as it is, logged, and missing from the result. A job this lease already
-    completed (the reply of an earlier try was lost) counts as completed. A
-    row another transaction holds locked is never awaited: it is ``skipped``,
-    so one lock cannot hold back the rest of the batch.
+    A job that other jobs wait for is completed in a transaction that also
+    settles them (``dependencies.settle``: the last dependency's success makes
+    its dependent ready in the same commit). Every row keeps its own fencing
+    check: a job whose lease is lost is left as it is, logged, and missing
+    from the result. A job this lease already completed (the reply of an
+    earlier try was lost) counts as completed. A row another transaction holds
+    locked is never awaited: it is ``skipped``, so one lock cannot hold back
+    the rest of the batch.
     """
     if not done:
         return Completion(completed=set())
@@ -363,7 +366,11 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> Completion:
         }
         for lease, encoded in done
     ]
-    written = sql.run_alone(queue_connection(), "complete", {"rows": rows})
+    written = sql.run_alone(queue_connection(), "complete", {"rows": rows, "settles": False})
+    deferred = {row["id"] for row in written if row["deferred"]}
+    if deferred:
+        written = [row for row in written if not row["deferred"]]
+        written += _complete_settling([row for row in rows if row["job_id"] in deferred])
     skipped = {row["id"] for row in written if row["skipped"]}
     completed = {row["id"] for row in written if not row["skipped"]}
     missing = [lease for lease, _ in done if lease.job_id not in completed | skipped]
@@ -376,6 +383,16 @@ def complete_many(done: Sequence[tuple[Lease, str | None]]) -> Completion:
         if lease.job_id not in completed:
             log_lost_lease("complete", lease)
     return Completion(completed=completed, skipped=skipped)
+
+
+def _complete_settling(rows: list[dict[str, Any]]) -> list[sql.Row]:
+    """``complete`` for jobs other jobs wait for: their dependents settle in the same commit."""
+    connection = queue_connection()
+    with sql.write_transaction(connection):
+        written = sql.run(connection, "complete", {"rows": rows, "settles": True})
+        completed = [row["id"] for row in written if not row["skipped"]]
+        dependencies.settle(connection, dict.fromkeys(completed, JobState.SUCCEEDED))
+    return written
 
 
 def encode_result(lease: Lease, result: object) -> str | None:
@@ -586,7 +603,11 @@ def _stamp(locked: sql.Row) -> str:
 def _record_failures(
     connection: BaseDatabaseWrapper, rows: list[dict[str, Any]], *, expired: bool
 ) -> list[tuple[int, str]]:
+    """Run ``record_failures``; the dependents of the jobs it made dead settle with them."""
     settled = sql.run(connection, "record_failures", {"rows": rows, "expired": expired})
+    dead = {row["id"]: row["state"] for row in settled if row["state"] == JobState.DEAD}
+    if dead:
+        dependencies.settle(connection, dead)
     return [(row["id"], row["state"]) for row in settled]
 
 
@@ -601,6 +622,8 @@ class RequeueResult:
 
     requeued: list[int]
     duplicates: list[int]
+    #: Jobs the requeued jobs' failure had cancelled, waiting again (``dependencies.reopen``).
+    waiting_again: list[int] = field(default_factory=list)
 
 
 def requeue(job_ids: Iterable[int], extra_attempts: int, actor: str) -> list[int]:
@@ -619,7 +642,10 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
     and error history. At most one job per ``(task, dedupe_key)`` is revived;
     the others are left dead and reported in ``duplicates``, never an error,
     also when a concurrent enqueue or requeue takes the key meanwhile (the
-    statement is then run again, and sees it). ``actor`` is logged.
+    statement is then run again, and sees it). The jobs their failure had
+    cancelled (``DEPENDENCY_FAILED``) wait for them again, recorded in their
+    history (``dependencies.reopen``), so a workflow resumes where it
+    stopped. ``actor`` is logged.
     """
     if not 1 <= extra_attempts <= MAX_EXTRA_ATTEMPTS:
         raise ValueError(
@@ -633,8 +659,11 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
     for attempt in range(1, REQUEUE_TRIES + 1):
         try:
             with sql.write_transaction(connection):
-                requeued = sorted(row["id"] for row in sql.run(connection, "requeue", params))
+                rows = sql.run(connection, "requeue", params)
+                requeued = sorted(row["id"] for row in rows)
                 duplicates = _dead_with_dedupe_key(connection, ids)
+                held = sorted(row["id"] for row in rows if row["held"])
+                revived = dependencies.reopen(connection, held).revived
             break
         except IntegrityError:
             # A concurrent transaction committed an active job with one of the keys after
@@ -646,14 +675,15 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
         transaction.on_commit(
             functools.partial(
                 log.info,
-                "requeued dead jobs ids=%s extra_attempts=%s actor=%s",
+                "requeued dead jobs ids=%s extra_attempts=%s actor=%s waiting_again=%s",
                 requeued,
                 extra_attempts,
                 actor,
+                revived,
             ),
             using=connection.alias,
         )
-    return RequeueResult(requeued=requeued, duplicates=duplicates)
+    return RequeueResult(requeued=requeued, duplicates=duplicates, waiting_again=revived)
 
 
 def _dead_with_dedupe_key(connection: BaseDatabaseWrapper, job_ids: list[int]) -> list[int]:
@@ -664,11 +694,20 @@ def _dead_with_dedupe_key(connection: BaseDatabaseWrapper, job_ids: list[int]) -
 
 
 def cancel(job_ids: Iterable[int]) -> list[int]:
-    """Cancel the ``ready`` jobs among ``job_ids``; return the ids cancelled.
+    """Cancel the ``ready`` and ``waiting`` jobs among ``job_ids``; return the ids cancelled.
 
-    Running and finished jobs are left as they are.
+    Running and finished jobs are left as they are. The jobs that wait for a
+    cancelled job settle in the same transaction (``dependencies.settle``):
+    cancelled in turn, or run anyway under ``on_failure="run"``.
     """
-    return _changed("cancel", job_ids, {})
+    ids = sorted(int(job_id) for job_id in job_ids)
+    if not ids:
+        return []
+    connection = queue_connection()
+    with sql.write_transaction(connection):
+        cancelled = sorted(row["id"] for row in sql.run(connection, "cancel", {"job_ids": ids}))
+        dependencies.settle(connection, dict.fromkeys(cancelled, JobState.CANCELLED))
+    return cancelled
 
 
 def request_cancel(job_ids: Iterable[int], actor: str) -> list[int]:
@@ -710,7 +749,10 @@ def cancel_running(lease: Lease) -> bool:
             "last_error": info.last_error,
             "errors": appended(sql.to_json(locked["errors"]), entry),
         }
-        return bool(sql.run(connection, "cancel_running", params))
+        if not sql.run(connection, "cancel_running", params):
+            return False
+        dependencies.settle(connection, {lease.job_id: JobState.CANCELLED})
+        return True
 
     return _settle_with_history(lease, "cancel_running", record)
 

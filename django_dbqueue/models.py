@@ -28,10 +28,16 @@ if TYPE_CHECKING:
 class JobState(models.TextChoices):
     """The lifecycle states, identical in code, database, admin and logs.
 
-    ``ready`` and ``running`` are active (at most one active job per
-    ``(task, dedupe_key)``); the other three are terminal, the only states
-    ``finished_at`` is set in and the only ones any path ever deletes.
+    ``waiting``, ``ready`` and ``running`` are unfinished (at most one
+    unfinished job per ``(task, dedupe_key)``); ``ready`` and ``running`` are
+    active (only they count for a ``serial_key``); the other three are
+    terminal, the only states ``finished_at`` is set in and the only ones any
+    path ever deletes.
     """
+
+    #: Waiting for the jobs it depends on (``using(after=...)``): never claimed; made
+    #: ``ready`` in the transaction that settles its last dependency (``dependencies``).
+    WAITING = "waiting"
 
     #: Waiting to run, with no worker and no lease: claimable once ``run_at`` has passed (a job
     #: with a ``serial_key`` also waits for the earlier active jobs of its key).
@@ -51,6 +57,8 @@ class JobState(models.TextChoices):
 
 
 ACTIVE_STATES = (JobState.READY, JobState.RUNNING)
+#: Every state but the terminal ones: what the dedupe key and ``finished_at`` are about.
+UNFINISHED_STATES = (JobState.WAITING, *ACTIVE_STATES)
 #: The condition of the operators' indexes over every job (``dbqueue_job_queue``,
 #: ``dbqueue_job_task``). Every job meets it; a query may use those indexes only when it
 #: says so (the planner proves an index's condition from the query's own), so the
@@ -96,6 +104,10 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Ready jobs not yet due."""
         return self.ready().filter(run_at__gt=UtcNow())
 
+    def waiting(self) -> Self:
+        """Jobs waiting for their dependencies."""
+        return self.filter(state=JobState.WAITING)
+
     def running(self) -> Self:
         return self.filter(state=JobState.RUNNING)
 
@@ -113,8 +125,12 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(state=JobState.CANCELLED)
 
     def active(self) -> Self:
-        """Jobs that may still run: ``ready`` or ``running``."""
+        """Jobs that may run now or are running: ``ready`` or ``running``."""
         return self.filter(state__in=ACTIVE_STATES)
+
+    def unfinished(self) -> Self:
+        """Jobs that may still run: ``waiting``, ``ready`` or ``running``."""
+        return self.filter(state__in=UNFINISHED_STATES)
 
     def finished(self) -> Self:
         """Jobs in a terminal state."""
@@ -178,6 +194,9 @@ class Job(models.Model):
     #: "attempt", "at"}`` (``at``: database clock, ISO 8601 UTC), written fenced by the
     #: attempt's lease. NULL until a task reports any; see ``current_progress``.
     progress = models.JSONField(null=True, blank=True)
+    #: How many of the jobs this one depends on have not settled yet (``dependencies``):
+    #: more than 0 exactly while it is ``waiting``, or ``cancelled`` by a failed dependency.
+    pending_dependencies = models.PositiveIntegerField(default=0, db_default=0)
 
     objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]  # django-stubs types as_manager() as a Manager, not the QuerySet its methods return.
 
@@ -212,13 +231,21 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=(
                     Q(state__in=TERMINAL_STATES, finished_at__isnull=False)
-                    | Q(state__in=ACTIVE_STATES, finished_at__isnull=True)
+                    | Q(state__in=UNFINISHED_STATES, finished_at__isnull=True)
                 ),
                 name="dbqueue_job_finish_shape",
             ),
+            models.CheckConstraint(
+                condition=Q(pending_dependencies=0) | ~Q(state__in=ACTIVE_STATES),
+                name="dbqueue_job_runs_with_no_pending_dependency",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=JobState.WAITING) | Q(pending_dependencies__gt=0),
+                name="dbqueue_job_waits_for_a_dependency",
+            ),
             models.UniqueConstraint(
                 fields=("task", "dedupe_key"),
-                condition=Q(state__in=ACTIVE_STATES, dedupe_key__isnull=False),
+                condition=Q(state__in=UNFINISHED_STATES, dedupe_key__isnull=False),
                 name="dbqueue_job_active_dedupe",
             ),
         )
@@ -245,6 +272,15 @@ class Job(models.Model):
                 fields=("lease_until",),
                 condition=Q(state=JobState.RUNNING),
                 name="dbqueue_job_running_lease",
+            ),
+            # The waiting jobs, newest first, for the admin's state filter, and per queue for
+            # the counts of stats and metrics (index-only): the claim's indexes hold ready
+            # jobs only.
+            models.Index(
+                fields=("id",),
+                include=("queue", "task"),
+                condition=Q(state=JobState.WAITING),
+                name="dbqueue_job_waiting",
             ),
             # Partial, as is dbqueue_job_subject: a row version gets an entry in these only
             # once it has a value, not on every enqueue and claim (every query here asks for
@@ -364,6 +400,87 @@ class Job(models.Model):
     def idempotency_key(self) -> str:
         """Stable across attempts and operator requeues: derived from the id."""
         return idempotency_key(self.pk)
+
+
+class EdgeState(models.TextChoices):
+    """Where one dependency stands, for the job that waits on it."""
+
+    #: The dependency has not finished (or was revived by an operator's requeue).
+    PENDING = "pending"
+    #: Counted: the dependency succeeded, or ended otherwise under ``on_failure="run"``.
+    RESOLVED = "resolved"
+    #: The dependency ended ``dead`` or ``cancelled`` under ``on_failure="cancel"``, which
+    #: cancelled the waiting job: a requeue of the dependency makes it ``pending`` again.
+    FAILED = "failed"
+
+
+class OnFailure(models.TextChoices):
+    """What a job does when a job it depends on ends ``dead`` or ``cancelled``."""
+
+    #: Cancelled too, with code ``DEPENDENCY_FAILED`` naming the dependency (the default).
+    CANCEL = "cancel"
+    #: Runs anyway, once the dependency is finished whatever its outcome: a ``finally`` step.
+    RUN = "run"
+
+
+class Dependency(models.Model):
+    """An edge of a workflow: ``job`` waits until ``depends_on`` has settled.
+
+    Written with ``job`` in the same transaction (``enqueue``), settled by the
+    transaction that finishes ``depends_on`` (``dependencies.settle``); read
+    by the dependent (``context.dependency_results``, in ``position`` order)
+    and the admin. No database foreign keys: retention deletes the edges of
+    the jobs it deletes itself, in the same statement batch, and never deletes
+    a job an unfinished job depends on.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="dependency_edges",
+        help_text="The job that waits.",
+    )
+    depends_on = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="dependent_edges",
+        help_text="The job it waits for.",
+    )
+    #: The dependency's place in the job's ``after`` list.
+    position = models.PositiveIntegerField()
+    on_failure = models.CharField(max_length=8, choices=OnFailure.choices)
+    state = models.CharField(max_length=8, choices=EdgeState.choices, default=EdgeState.PENDING)
+
+    class Meta:
+        db_table = "dbqueue_dependency"
+        constraints = (
+            models.UniqueConstraint(fields=("job", "position"), name="dbqueue_dependency_job"),
+            models.CheckConstraint(
+                condition=Q(state__in=EdgeState.values), name="dbqueue_dependency_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(on_failure__in=OnFailure.values),
+                name="dbqueue_dependency_on_failure_valid",
+            ),
+        )
+        indexes = (
+            # What a finishing job settles, and the admin's list of a job's dependents.
+            models.Index(fields=("depends_on", "job"), name="dbqueue_dependency_on"),
+            # The jobs held by a failed dependency: dbqueue_jobs_blocked, the summary.
+            models.Index(
+                fields=("job",),
+                condition=Q(state=EdgeState.FAILED),
+                name="dbqueue_dependency_failed",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} after job {self.depends_on_id} ({self.state})"
 
 
 class PeriodicSlot(models.Model):

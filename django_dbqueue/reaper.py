@@ -5,7 +5,9 @@ in bounded batches, each its own short transaction, so many workers can reap
 at once (locked rows are skipped) and a large backlog never holds long locks.
 A sweep purges for a bounded time only (``PURGE_SHARE`` of the interval), so
 however many finished rows wait for deletion, expired leases are recovered
-every sweep. Only terminal rows are ever deleted.
+every sweep. Only terminal rows are ever deleted, never one that a job not
+finished yet depends on (``needed_by_dependents``), and a job's dependency
+edges go with it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import time
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
 from django_dbqueue import conf, leases, runnable, sql
-from django_dbqueue.models import Job, JobState, UtcNow
+from django_dbqueue.models import UNFINISHED_STATES, Dependency, Job, JobState, UtcNow
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +79,13 @@ def purge(
     call makes progress. ``None`` deletes everything due.
 
     ``succeeded`` rows go after ``SUCCEEDED_RETENTION``; ``dead`` and
-    ``cancelled`` after ``DEAD_RETENTION`` (``None``: never). Ready and running
-    jobs are never touched: each batch is locked (rows others hold are
-    skipped) and deleted by a statement that re-checks state and age
-    (``delete_where``). Returns how many rows were deleted, or with
-    ``dry_run`` how many would be, deleting nothing. A ``batch_size`` below 1
-    is a ``ValueError``.
+    ``cancelled`` after ``DEAD_RETENTION`` (``None``: never); a job that an
+    unfinished job depends on is kept, whatever its age, so its result stays
+    readable (``needed_by_dependents``). Unfinished jobs are never touched:
+    each batch is locked (rows others hold are skipped) and deleted by a
+    statement that re-checks state and age (``delete_where``). Returns how
+    many rows were deleted, or with ``dry_run`` how many would be, deleting
+    nothing. A ``batch_size`` below 1 is a ``ValueError``.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}.")
@@ -92,7 +95,11 @@ def purge(
     for states, age in retention_rules():
         # Ages count back from the database clock: a worker's clock cannot purge rows early.
         cutoff = ExpressionWrapper(UtcNow() - age, output_field=DateTimeField())
-        old = Job.objects.using(database).filter(state__in=states, finished_at__lt=cutoff)
+        old = (
+            Job.objects.using(database)
+            .filter(state__in=states, finished_at__lt=cutoff)
+            .exclude(needed_by_dependents())
+        )
         if dry_run:
             deleted += old.count()
             continue
@@ -101,6 +108,7 @@ def purge(
                 locked = old.order_by("finished_at").select_for_update(skip_locked=True)
                 batch = list(locked.values_list("pk", flat=True)[:batch_size])
                 deleted += delete_where(old.filter(pk__in=batch))
+                delete_edges(database, batch)
             if len(batch) < batch_size:
                 break
             if deadline is not None and time.monotonic() >= deadline:
@@ -114,15 +122,39 @@ def purge(
 def delete_finished(job_ids: Iterable[int]) -> list[int]:
     """Delete the jobs among ``job_ids`` that are in a terminal state; return their ids.
 
-    Ready and running jobs are never deleted, whatever was selected: the rows
+    Unfinished jobs are never deleted, whatever was selected, nor a job an
+    unfinished job depends on (``needed_by_dependents``): the rows
     are locked first and the delete re-checks their state, so a job requeued
     meanwhile is not deleted either.
     """
-    finished = Job.objects.using(conf.get().database).finished().filter(pk__in=list(job_ids))
+    database = conf.get().database
+    finished = (
+        Job.objects.using(database)
+        .finished()
+        .filter(pk__in=list(job_ids))
+        .exclude(needed_by_dependents())
+    )
     with sql.write_transaction(leases.queue_connection()):
         deleted = sorted(finished.select_for_update().values_list("pk", flat=True))
         delete_where(finished.filter(pk__in=deleted))
+        delete_edges(database, deleted)
     return deleted
+
+
+def needed_by_dependents() -> Exists:
+    """Whether a job still has a dependent that may read its result: one not finished,
+    or one a requeue may return to waiting (cancelled with dependencies pending)."""
+    waiting_on = Q(job__state__in=UNFINISHED_STATES) | Q(job__pending_dependencies__gt=0)
+    return Exists(Dependency.objects.filter(waiting_on, depends_on=OuterRef("pk")))
+
+
+def delete_edges(database: str, job_ids: list[int]) -> None:
+    """Delete the dependency edges of the jobs ``job_ids``, deleted in this transaction."""
+    if job_ids:
+        edges = Dependency.objects.using(database).filter(
+            Q(job_id__in=job_ids) | Q(depends_on_id__in=job_ids)
+        )
+        edges._raw_delete(database)
 
 
 def delete_where(jobs: QuerySet[Job]) -> int:
@@ -133,8 +165,8 @@ def delete_where(jobs: QuerySet[Job]) -> int:
     primary key alone, without the filter: a job requeued in between would be
     deleted while ready. The raw delete keeps the filter in the statement, so
     the database re-checks it on every row it deletes. The price: deleting
-    jobs sends no model delete signals (jobs have no dependent rows to
-    cascade to).
+    jobs sends no model delete signals (their dependency edges, the only rows
+    that refer to them, are deleted by ``delete_edges``).
     """
     # None: the filter matches nothing by construction (an empty id list), so nothing ran.
     return jobs._raw_delete(jobs.db) or 0

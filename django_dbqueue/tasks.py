@@ -36,6 +36,7 @@ from django_dbqueue.validation import (
     check_seconds,
     import_task,
 )
+from django_dbqueue.workflows import Step
 
 if TYPE_CHECKING:
     from django_dbqueue.context import JobContext
@@ -144,17 +145,38 @@ class Task(Generic[P, R]):
         dedupe_key: str | None = None,
         subject: Model | None = None,
         serial_key: str | None = None,
+        after: Sequence[Job | int] | None = None,
+        on_dependency_failure: str | None = None,
     ) -> TaskCall[P, R]:
-        """Options for the next enqueue: scheduling, priority, queue, dedupe, subject.
+        """Options for the next enqueue: scheduling, priority, queue, dedupe, subject, order.
 
-        Jobs sharing a ``serial_key`` run one at a time, in enqueue order.
+        Jobs sharing a ``serial_key`` run one at a time, in enqueue order. A job
+        enqueued ``after=[job_a, job_b]`` (jobs or ids, committed earlier or in
+        this transaction) is ``waiting`` until each of them has succeeded, then
+        ready; when one ends ``dead`` or ``cancelled`` it is cancelled too
+        (``on_dependency_failure="cancel"``, code ``DEPENDENCY_FAILED``) or runs
+        anyway once they have all finished (``"run"``: a ``finally`` step).
         """
-        options = EnqueueOptions(delay, run_at, priority, queue, dedupe_key, subject, serial_key)
+        options = EnqueueOptions(
+            delay,
+            run_at,
+            priority,
+            queue,
+            dedupe_key,
+            subject,
+            serial_key,
+            after,
+            on_dependency_failure,
+        )
         return TaskCall(self, options)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Write a job for ``func(*args, **kwargs)``; see ``TaskCall.enqueue``."""
         return TaskCall(self, EnqueueOptions()).enqueue(*args, **kwargs)
+
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """This call as a step of a workflow (``chain``, ``group``), enqueued with it."""
+        return Step(self, args, kwargs)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
         """Write one job per ``(args, kwargs)`` in one INSERT; see ``TaskCall``."""
@@ -176,11 +198,16 @@ class TaskCall(Generic[P, R]):
         """Write the job in the current transaction of the queue's database.
 
         Everything is validated first: a bad argument or option raises
-        ``InvalidJob`` and writes nothing. With a ``dedupe_key`` that an active
-        job of this task already holds, that job is returned unchanged with
-        ``deduplicated=True``. Workers are woken when the transaction commits.
+        ``InvalidJob`` and writes nothing. With a ``dedupe_key`` that an unfinished
+        job of this task already holds (waiting, ready or running), that job is
+        returned unchanged with ``deduplicated=True``. Workers are woken when the
+        transaction commits.
         """
         return enqueue.enqueue(self.task, [(args, kwargs)], self.options)[0]
+
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """This call, with these options, as a step of a workflow (``chain``, ``group``)."""
+        return Step(self.task, args, kwargs, self.options)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
         """Write one job per ``(args, kwargs)`` with one INSERT; jobs in input order.

@@ -27,12 +27,13 @@ import functools
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from django.conf import settings
 from django.db import OperationalError, transaction
@@ -192,14 +193,42 @@ def write_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
             yield
         return
     _begin_immediate(connection)
+    callbacks: list[Callable[[], object]] = []
+    _after_commit[connection] = callbacks
     try:
         yield
     except BaseException:
         with connection.cursor() as cursor:
             cursor.execute("ROLLBACK")
         raise
+    finally:
+        del _after_commit[connection]
     with connection.cursor() as cursor:
         cursor.execute("COMMIT")
+    for callback in callbacks:
+        callback()
+
+
+#: The callbacks ``on_commit`` keeps for each SQLite connection inside ``write_transaction``'s
+#: own ``BEGIN IMMEDIATE``, which Django does not know as a transaction.
+_after_commit: WeakKeyDictionary[BaseDatabaseWrapper, list[Callable[[], object]]] = (
+    WeakKeyDictionary()
+)
+
+
+def on_commit(connection: BaseDatabaseWrapper, callback: Callable[[], object]) -> None:
+    """Run ``callback`` once the current transaction commits, also ``write_transaction``'s.
+
+    Django's ``transaction.on_commit``, but for the ``BEGIN IMMEDIATE`` that
+    ``write_transaction`` opens on SQLite outside an ``atomic`` block (where
+    Django would run it at once, inside the transaction): it runs after that
+    ``COMMIT``, and never after a rollback.
+    """
+    pending = None if connection.in_atomic_block else _after_commit.get(connection)
+    if pending is None:
+        transaction.on_commit(callback, using=connection.alias)
+    else:
+        pending.append(callback)
 
 
 def _begin_immediate(connection: BaseDatabaseWrapper) -> None:

@@ -9,12 +9,14 @@
 -- multi-table UPDATE locks every row it reads, so it must read only those rows.
 
 -- name: insert_jobs
--- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
--- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
--- matches an active job hits the unique index on the generated active_dedupe_key column
--- and is skipped, never an error. The rows inserted are read back by primary key: the
--- first %(count)s rows from LAST_INSERT_ID() (the first id this insert generated on this
--- connection) with the batch's creation time and task. So the read costs a few rows at any
+-- Insert one job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all with
+-- the same options, ids increasing in input order: %(state)s ready, or waiting for
+-- %(pending_dependencies)s jobs (whose edges insert_dependencies writes next). A row whose
+-- (task, dedupe_key) matches an unfinished job (waiting, ready or running) hits the unique
+-- index on the generated active_dedupe_key column and is skipped, never an error. The
+-- rows inserted are read back by primary key: the first %(count)s rows from
+-- LAST_INSERT_ID() (the first id this insert generated on this connection) with the
+-- batch's creation time and task. So the read costs a few rows at any
 -- table size, and another connection's job is never read back, even one stamped in the
 -- same microsecond: its id comes before ours, or after all of ours. That holds because an
 -- insert's ids are consecutive under innodb_autoinc_lock_mode 0 and 1. Under 2, MySQL 8's
@@ -27,13 +29,15 @@ SET @dbqueue_inserted_at = UTC_TIMESTAMP(6),
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
+    pending_dependencies
 )
 SELECT
-    %(queue)s, %(task)s, item.args, item.kwargs, 'ready', %(priority)s,
+    %(queue)s, %(task)s, item.args, item.kwargs, %(state)s, %(priority)s,
     COALESCE(%(run_at)s, @dbqueue_inserted_at + INTERVAL %(delay)s * 1000000 MICROSECOND),
     0, %(max_attempts)s, 0, %(lease_seconds)s, @dbqueue_inserted_at, %(dedupe_key)s,
-    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s
+    %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s,
+    %(pending_dependencies)s
 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     position FOR ORDINALITY, args JSON PATH '$.args', kwargs JSON PATH '$.kwargs'
 )) AS item
@@ -268,8 +272,13 @@ WHERE r.job_id NOT IN (SELECT chosen.id FROM JSON_TABLE(%(previous)s, '$[*]' COL
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
 -- as JSON text or null) succeeded with its result. Each row applies only while its lease
 -- is the caller's and live by the clock read after the row locks are held. A row another
--- transaction holds locked is skipped, never awaited. Returns the ids completed (marked by
--- this block's finished_at), and the ids skipped (skipped 1): write those later.
+-- transaction holds locked is skipped, never awaited. Unless %(settles)s (the caller then
+-- settles the dependents in the same transaction), a job that other jobs wait for is left
+-- running and returned deferred: complete it again with %(settles)s. Whether one waits is
+-- read by the second statement, a plain read once the row locks are held (it locks no
+-- edge), so an enqueue that added an edge has committed by then. Returns the ids completed
+-- (marked by this block's finished_at), skipped (skipped 1: write those later) and
+-- deferred (deferred 1); the others' leases were lost.
 SELECT j.id FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
@@ -277,8 +286,15 @@ SELECT j.id FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = d.job_id
 ORDER BY j.id
 FOR UPDATE SKIP LOCKED;
+SELECT chosen.id, (NOT %(settles)s) AND EXISTS (
+           SELECT 1 FROM dbqueue_dependency AS e FORCE INDEX (dbqueue_dependency_on)
+           WHERE e.depends_on_id = chosen.id AND e.state = 'pending'
+       ) AS deferred
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen;
 SET @dbqueue_completed_at = UTC_TIMESTAMP(6);
-UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$[0]', deferred INT PATH '$[1]'
+)) AS chosen
 STRAIGHT_JOIN JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
@@ -286,14 +302,22 @@ STRAIGHT_JOIN JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 SET j.state = 'succeeded', j.result = d.result, j.worker_id = NULL, j.lease_until = NULL,
     j.finished_at = @dbqueue_completed_at
-WHERE j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
+WHERE chosen.deferred = 0
+  AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
   AND j.lease_until > @dbqueue_completed_at;
-SELECT j.id, 0 AS skipped
-FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+SELECT j.id, 0 AS skipped, 0 AS deferred
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$[0]', deferred INT PATH '$[1]'
+)) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
-WHERE j.state = 'succeeded' AND j.finished_at = @dbqueue_completed_at
+WHERE chosen.deferred = 0 AND j.state = 'succeeded' AND j.finished_at = @dbqueue_completed_at
 UNION ALL
-SELECT d.job_id, 1 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+SELECT chosen.id, 0, 1 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$[0]', deferred INT PATH '$[1]'
+)) AS chosen
+WHERE chosen.deferred = 1
+UNION ALL
+SELECT d.job_id, 1, 0 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     job_id BIGINT PATH '$.job_id', lease_token BIGINT PATH '$.lease_token',
     worker_id VARCHAR(255) PATH '$.worker_id', result LONGTEXT PATH '$.result'
 )) AS d
@@ -382,8 +406,10 @@ WHERE j.state <> 'running';
 -- max_attempts stops at 2147483647 (a 32-bit column): a budget at that limit stays there.
 -- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
 -- is revived: among the selected dead jobs sharing one, the lowest id (the `earlier`
--- join), and none while an active job holds it (the `a` join). Returns the ids requeued
--- (marked by this statement's run_at). (%(channel)s is unused: no NOTIFY.)
+-- join), and none while an unfinished job (waiting, ready or running: the generated
+-- active_dedupe_key) holds it (the `a` join). Returns the ids requeued (marked by this
+-- statement's run_at), each with whether a failed dependency edge leads from it (held:
+-- its failure cancelled jobs that waited). (%(channel)s is unused: no NOTIFY.)
 SET @dbqueue_requeued_at = UTC_TIMESTAMP(6);
 UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
@@ -396,7 +422,10 @@ LEFT JOIN (
 SET j.state = 'ready', j.max_attempts = LEAST(j.max_attempts + %(extra_attempts)s, 2147483647),
     j.run_at = @dbqueue_requeued_at, j.finished_at = NULL, j.cancel_requested_at = NULL
 WHERE j.state = 'dead' AND a.id IS NULL AND earlier.id IS NULL;
-SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+SELECT j.id,
+       EXISTS (SELECT 1 FROM dbqueue_dependency AS e
+               WHERE e.depends_on_id = j.id AND e.state = 'failed') AS held
+FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 WHERE j.state = 'ready' AND j.run_at = @dbqueue_requeued_at;
 
@@ -413,13 +442,14 @@ STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 WHERE j.state = 'ready' AND j.run_at = @dbqueue_moved_at;
 
 -- name: cancel
--- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.
--- Returns the ids cancelled (marked by this statement's finished_at).
+-- Cancel the ready and waiting jobs in %(job_ids)s. Running and finished jobs are left
+-- alone. Returns the ids cancelled (marked by this statement's finished_at; the caller
+-- settles their dependents).
 SET @dbqueue_cancelled_at = UTC_TIMESTAMP(6);
 UPDATE JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 SET j.state = 'cancelled', j.finished_at = @dbqueue_cancelled_at
-WHERE j.state = 'ready';
+WHERE j.state IN ('ready', 'waiting');
 SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
 WHERE j.state = 'cancelled' AND j.finished_at = @dbqueue_cancelled_at;
@@ -451,6 +481,152 @@ WHERE id = %(job_id)s
   AND lease_until > @dbqueue_cancelled_at;
 SELECT id FROM dbqueue_job
 WHERE id = %(job_id)s AND state = 'cancelled' AND finished_at = @dbqueue_cancelled_at;
+
+-- name: lock_dependencies
+-- The jobs in %(job_ids)s that a job being enqueued will depend on, with their states, held
+-- by a share lock until the enqueue's transaction ends: a completion, failure, cancel or
+-- purge of one of them (each locks it exclusively) waits for the new edge or skips the
+-- row, so none can finish unseen between this read and the edge's commit. LOCK IN SHARE
+-- MODE, which MySQL 8 and MariaDB both accept (MariaDB has no FOR SHARE); the rows are
+-- read by primary key only, so no other row is locked. Ids that match no job are missing
+-- from the result.
+SELECT j.id, j.state
+FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+ORDER BY j.id
+LOCK IN SHARE MODE;
+
+-- name: insert_dependencies
+-- Write the edges in %(rows)s (JSON [{job_id, depends_on_id, position, on_failure, state}]).
+INSERT INTO dbqueue_dependency (job_id, depends_on_id, position, on_failure, state)
+SELECT e.job_id, e.depends_on_id, e.position, e.on_failure, e.state
+FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$.job_id', depends_on_id BIGINT PATH '$.depends_on_id',
+    position INT PATH '$.position', on_failure VARCHAR(8) PATH '$.on_failure',
+    state VARCHAR(8) PATH '$.state'
+)) AS e;
+
+-- name: settle_edges
+-- The jobs in %(finished)s (JSON [{id, failed}]) have just finished, failed meaning dead or
+-- cancelled: settle their pending edges, resolved, or failed where a failure cancels the
+-- dependent. The first statement locks those edges (through the (depends_on, job) index,
+-- each finished job's own edges only) and decides each one's new state; the update then
+-- reaches them by primary key. Returns, per dependent (in id order), how many edges were
+-- resolved and the lowest dependency among those that failed (NULL: none).
+SELECT e.id, e.job_id, e.depends_on_id,
+       CASE WHEN f.failed = 'true' AND e.on_failure = 'cancel' THEN 'failed'
+            ELSE 'resolved' END AS state
+FROM JSON_TABLE(%(finished)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$.id', failed VARCHAR(5) PATH '$.failed'
+)) AS f
+STRAIGHT_JOIN dbqueue_dependency AS e FORCE INDEX (dbqueue_dependency_on) ON e.depends_on_id = f.id
+WHERE e.state = 'pending'
+ORDER BY e.id
+FOR UPDATE;
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$[0]', state VARCHAR(8) PATH '$[3]'
+)) AS marked
+STRAIGHT_JOIN dbqueue_dependency AS e FORCE INDEX (PRIMARY) ON e.id = marked.id
+SET e.state = marked.state;
+SELECT marked.job_id, COUNT(CASE WHEN marked.state = 'resolved' THEN 1 END) AS resolved,
+       MIN(CASE WHEN marked.state = 'failed' THEN marked.depends_on_id END) AS failed_by
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
+    job_id BIGINT PATH '$[1]', depends_on_id BIGINT PATH '$[2]', state VARCHAR(8) PATH '$[3]'
+)) AS marked
+GROUP BY marked.job_id
+ORDER BY marked.job_id;
+
+-- name: reopen_edges
+-- The dead jobs in %(job_ids)s were requeued: their failed edges are pending again (locked
+-- first through the (depends_on, job) index, then updated by primary key).
+-- Returns the dependents those edges held, in id order.
+SELECT e.id, e.job_id
+FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_dependency AS e FORCE INDEX (dbqueue_dependency_on)
+    ON e.depends_on_id = requested.value
+WHERE e.state = 'failed'
+ORDER BY e.id
+FOR UPDATE;
+UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS reopened
+STRAIGHT_JOIN dbqueue_dependency AS e FORCE INDEX (PRIMARY) ON e.id = reopened.id
+SET e.state = 'pending';
+SELECT DISTINCT reopened.job_id
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (job_id BIGINT PATH '$[1]')) AS reopened
+ORDER BY reopened.job_id;
+
+-- name: lock_dependents
+-- Lock the jobs in %(job_ids)s in id order (the caller sends them sorted; two settling
+-- transactions then cannot deadlock on them); return what settling them needs: state,
+-- pending count, error history and last error code, how many of their edges stand failed,
+-- dedupe key, and the database clock (UTC) to stamp a history entry with. The second
+-- statement reads them once the locks are held, with a plain read that locks no edge.
+SELECT j.id FROM JSON_TABLE(%(job_ids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS requested
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = requested.value
+ORDER BY j.id
+FOR UPDATE;
+SELECT j.id, j.state, j.pending_dependencies, j.errors, j.last_error_code, j.task,
+       j.dedupe_key,
+       (SELECT COUNT(*) FROM dbqueue_dependency AS e FORCE INDEX (dbqueue_dependency_job)
+        WHERE e.job_id = j.id AND e.state = 'failed') AS failed_edges,
+       UTC_TIMESTAMP(6) AS clock
+FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS locked
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = locked.id
+ORDER BY j.id;
+
+-- name: update_dependents
+-- Write what settling decided for each locked dependent in %(rows)s (JSON [{id, resolved,
+-- state, code, last_error, errors}]: pending count lowered by resolved; the state; the
+-- error fields, unchanged where null). finished_at follows the state: cleared when it is
+-- waiting or ready, stamped when it becomes terminal, kept when it was terminal already
+-- (no expression reads a column the update sets, so the order MySQL assigns them in does
+-- not matter). The history is written by a second update, of the rows that bring one: on
+-- MariaDB a JSON_TABLE JSON column (utf8mb4_bin) and the errors column (the table's
+-- collation) cannot meet in one COALESCE. Returns each job's id, state and queue.
+-- (%(channel)s is unused: no NOTIFY.)
+UPDATE JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$.id', resolved INT PATH '$.resolved', state VARCHAR(16) PATH '$.state',
+    code VARCHAR(100) PATH '$.code', last_error LONGTEXT PATH '$.last_error'
+)) AS r
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = r.id
+SET j.pending_dependencies = j.pending_dependencies - r.resolved,
+    j.finished_at = CASE WHEN r.state IN ('waiting', 'ready', 'running') THEN NULL
+                         ELSE COALESCE(j.finished_at, UTC_TIMESTAMP(6)) END,
+    j.state = r.state,
+    j.last_error_code = COALESCE(r.code, j.last_error_code),
+    j.last_error = COALESCE(r.last_error, j.last_error);
+UPDATE JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
+    id BIGINT PATH '$.id', errors JSON PATH '$.errors'
+)) AS r
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = r.id
+SET j.errors = r.errors
+WHERE r.errors IS NOT NULL;
+SELECT j.id, j.state, j.queue
+FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (id BIGINT PATH '$.id')) AS r
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = r.id;
+
+-- name: workflow_jobs
+-- The ids of every job linked to job %(job_id)s through dependencies, either way (its
+-- workflow), itself included, at most %(limit)s of them, lowest first. Each recursive part
+-- reads the CTE once, outside any subquery, as MySQL requires. Both servers cap the
+-- iterations of a recursive CTE, one per step of the walk: MySQL fails the statement past
+-- cte_max_recursion_depth (default 1000), which the SET_VAR hint lifts; MariaDB stops it
+-- silently, with a warning, past max_recursive_iterations (default 1000), which the
+-- SET STATEMENT prefix, in a comment only MariaDB executes, lifts. Each server takes the
+-- other's for a comment. The walk ends anyway: UNION keeps each job once, so it takes at
+-- most one step per job.
+/*M!100600 SET STATEMENT max_recursive_iterations = 4294967295 FOR */
+WITH RECURSIVE linked (id) AS (
+    SELECT CAST(%(job_id)s AS SIGNED)
+    UNION
+    SELECT e.depends_on_id FROM linked AS l
+    JOIN dbqueue_dependency AS e ON e.job_id = l.id
+    UNION
+    SELECT e.job_id FROM linked AS l
+    JOIN dbqueue_dependency AS e ON e.depends_on_id = l.id
+)
+SELECT /*+ SET_VAR(cte_max_recursion_depth = 4294967295) */ id FROM linked
+ORDER BY id
+LIMIT %(limit)s;
 
 -- name: loose_collations
 -- MySQL/MariaDB only (the system check dbqueue.E019): every key and name column of the

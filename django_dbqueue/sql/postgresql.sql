@@ -39,8 +39,9 @@ DISCARD ALL;
 SELECT pg_notify(%(channel)s, %(payload)s) AS notified;
 
 -- name: insert_jobs
--- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
--- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
+-- Insert one job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all with
+-- the same options, ids increasing in input order: %(state)s ready, or waiting for
+-- %(pending_dependencies)s jobs (whose edges insert_dependencies writes next). A row whose (task, dedupe_key)
 -- matches an active job is skipped, never an error, so the caller's transaction stays
 -- usable. ON CONFLICT names the active dedupe index, so any other conflict is an error:
 -- an id the sequence hands out that a row holds already (a table restored with its ids
@@ -53,18 +54,21 @@ WITH inserted AS (
     INSERT INTO dbqueue_job (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
         lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-        subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
+        subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
+        pending_dependencies
     )
     SELECT
-        %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', 'ready', %(priority)s,
+        %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', %(state)s,
+        %(priority)s,
         COALESCE(%(run_at)s::timestamptz,
                  statement_timestamp() + make_interval(secs => %(delay)s)),
         0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
         %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '',
-        '[]'::jsonb, %(meta)s::jsonb
+        '[]'::jsonb, %(meta)s::jsonb, %(pending_dependencies)s
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
-    ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+    ON CONFLICT (task, dedupe_key)
+        WHERE dedupe_key IS NOT NULL AND state IN ('waiting', 'ready', 'running')
     DO NOTHING
     RETURNING id, created_at, run_at
 ),
@@ -82,16 +86,18 @@ FROM inserted CROSS JOIN first;
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
+    pending_dependencies
 ) VALUES (
     %(queue)s, %(task)s, %(rows)s::jsonb -> 0 -> 'args', %(rows)s::jsonb -> 0 -> 'kwargs',
-    'ready', %(priority)s,
+    %(state)s, %(priority)s,
     COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
     %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb,
-    %(meta)s::jsonb
+    %(meta)s::jsonb, %(pending_dependencies)s
 )
-ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+ON CONFLICT (task, dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND state IN ('waiting', 'ready', 'running')
 DO NOTHING
 RETURNING id, created_at, run_at,
           CASE WHEN %(notify)s THEN pg_notify(%(channel)s, %(queue)s) END AS notified;
@@ -352,7 +358,9 @@ WHERE l.priority IS NOT NULL;
 -- lease_seconds from the database clock. Applies only to rows still running under that
 -- (worker_id, lease_token) with lease_until ahead of the clock, checked once the row lock
 -- is held. A row another transaction holds locked is skipped, never awaited, so one lock
--- cannot stall the batch. Returns the ids still owned, each with the time an operator
+-- cannot stall the batch; the lock taken is the one the UPDATE takes anyway (NO KEY
+-- UPDATE), so an enqueue holding a dependency's row in KEY SHARE (lock_dependencies) does
+-- not hold its renewal back. Returns the ids still owned, each with the time an operator
 -- asked it to stop (NULL: not asked), and the ids skipped (skipped true): renew those later.
 WITH lease AS (
     SELECT * FROM jsonb_to_recordset(%(leases)s::jsonb)
@@ -360,7 +368,7 @@ WITH lease AS (
 ),
 locked AS (
     SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
-    ORDER BY id FOR UPDATE SKIP LOCKED
+    ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 renewed AS (
     UPDATE dbqueue_job j
@@ -380,16 +388,16 @@ WHERE j.id = ANY (ARRAY(SELECT job_id FROM lease)) AND j.id <> ALL (ARRAY(SELECT
 -- Store each report in %(reports)s (JSON [{job_id, lease_token, worker_id, progress}],
 -- progress as JSON text) as its job's progress, with "at" set to the database clock (ISO
 -- 8601, UTC). Applies only to rows still running under that (worker_id, lease_token) with
--- lease_until ahead of the clock, checked once the row lock is held. A row another
--- transaction holds locked is skipped, never awaited. Returns the ids written, and the ids
--- skipped (skipped true): write their newest report later.
+-- lease_until ahead of the clock, checked once the row lock is held (NO KEY UPDATE, as for
+-- renew). A row another transaction holds locked is skipped, never awaited. Returns the ids
+-- written, and the ids skipped (skipped true): write their newest report later.
 WITH report AS (
     SELECT * FROM jsonb_to_recordset(%(reports)s::jsonb)
         AS r(job_id bigint, lease_token bigint, worker_id text, progress text)
 ),
 locked AS (
     SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM report))
-    ORDER BY id FOR UPDATE SKIP LOCKED
+    ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 written AS (
     UPDATE dbqueue_job j
@@ -410,8 +418,13 @@ WHERE j.id = ANY (ARRAY(SELECT job_id FROM report)) AND j.id <> ALL (ARRAY(SELEC
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
 -- as JSON text or null) succeeded with its result. Each row applies only while its lease
 -- is the caller's and live by the database clock once the row lock is held. A row another
--- transaction holds locked is skipped, never awaited. Returns the ids completed, and the
--- ids skipped (skipped true): write those later; the others' leases were lost.
+-- transaction holds locked is skipped, never awaited. Unless %(settles)s (the caller then
+-- settles the dependents in the same transaction), a job that other jobs wait for is left
+-- running and returned deferred: complete it again with %(settles)s. That is asked of
+-- dbqueue_awaited (migration 0016), a VOLATILE function, so it reads the edges with a
+-- snapshot taken after the row locks are held: an enqueue that committed an edge between
+-- this statement's start and its lock is seen (a subquery here would not see it). Returns
+-- the ids completed, skipped (write those later) and deferred; the others' leases were lost.
 WITH done AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
         AS d(job_id bigint, lease_token bigint, worker_id text, result text)
@@ -428,12 +441,17 @@ completed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = d.job_id
       AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
       AND j.lease_until > clock_timestamp()
+      AND (%(settles)s OR NOT dbqueue_awaited(j.id))
     RETURNING j.id
 )
-SELECT id, false AS skipped FROM completed
+SELECT id, false AS skipped, false AS deferred FROM completed
 UNION ALL
-SELECT j.id, true FROM dbqueue_job j
-WHERE j.id = ANY (ARRAY(SELECT job_id FROM done)) AND j.id <> ALL (ARRAY(SELECT id FROM locked));
+SELECT j.id, true, false FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(SELECT job_id FROM done)) AND j.id <> ALL (ARRAY(SELECT id FROM locked))
+UNION ALL
+SELECT j.id, false, true FROM dbqueue_job j
+WHERE NOT %(settles)s AND j.id = ANY (ARRAY(SELECT id FROM locked))
+  AND j.id <> ALL (ARRAY(SELECT id FROM completed)) AND dbqueue_awaited(j.id);
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
@@ -514,7 +532,8 @@ RETURNING j.id, j.state;
 -- active job holds it. (The NOT EXISTS alone sees the table as it was before this
 -- statement, so two selected dead jobs with one key would both pass it and break the
 -- active-dedupe index.) The rows are locked and their state re-checked first. Workers of
--- their queues are notified at commit. Returns the ids requeued.
+-- their queues are notified at commit. Returns the ids requeued, each with whether a
+-- failed dependency edge leads from it (held: its failure cancelled jobs that waited).
 WITH requested AS (
     SELECT id, task, dedupe_key FROM dbqueue_job
     WHERE id = ANY (ARRAY(
@@ -534,7 +553,7 @@ revived AS (
         AND NOT EXISTS (
             SELECT 1 FROM dbqueue_job a
             WHERE a.task = r.task AND a.dedupe_key = r.dedupe_key
-              AND a.state IN ('ready', 'running')
+              AND a.state IN ('waiting', 'ready', 'running')
         )
     )
 ),
@@ -546,7 +565,10 @@ requeued AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM revived))
     RETURNING j.id, j.queue
 )
-SELECT id, pg_notify(%(channel)s, queue) FROM requeued;
+SELECT id, pg_notify(%(channel)s, queue),
+       EXISTS (SELECT 1 FROM dbqueue_dependency e
+               WHERE e.depends_on_id = requeued.id AND e.state = 'failed') AS held
+FROM requeued;
 
 -- name: run_now
 -- Make the ready jobs in %(job_ids)s that are scheduled in the future due now. Workers of
@@ -561,13 +583,25 @@ WITH moved AS (
 SELECT id, pg_notify(%(channel)s, queue) FROM moved;
 
 -- name: cancel
--- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.
--- Returns the ids cancelled.
-UPDATE dbqueue_job
+-- Cancel the ready and waiting jobs in %(job_ids)s. Running and finished jobs are left
+-- alone. The rows are locked FOR UPDATE first, in id order: that waits for an enqueue
+-- holding one in KEY SHARE (lock_dependencies) to commit its edge, which a plain UPDATE
+-- (NO KEY UPDATE) would not, so the caller's settling sees every edge. Returns the ids
+-- cancelled (the caller settles their dependents).
+WITH locked AS (
+    SELECT id FROM dbqueue_job
+    WHERE id = ANY (ARRAY(
+        SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
+    ))
+      AND state IN ('ready', 'waiting')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE dbqueue_job j
 SET state = 'cancelled', finished_at = clock_timestamp()
-WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
-  AND state = 'ready'
-RETURNING id;
+FROM locked
+WHERE j.id = locked.id AND j.state IN ('ready', 'waiting')
+RETURNING j.id;
 
 -- name: request_cancel
 -- Mark the running jobs in %(job_ids)s for cancellation (the first request's time is
@@ -629,3 +663,107 @@ LIMIT %(limit)s;
 -- enqueues and claims all the while.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS dbqueue_job_error_text ON dbqueue_job
 USING gin (UPPER(last_error) gin_trgm_ops) WHERE last_error <> '';
+
+-- name: lock_dependencies
+-- The jobs in %(job_ids)s that a job being enqueued will depend on, with their states, held
+-- by a share lock until the enqueue's transaction ends: a completion, failure or purge of
+-- one of them (which lock it for update) waits for the new edge or skips the row, so none
+-- can finish unseen between this read and the edge's commit. Ids that match no job are
+-- missing from the result.
+SELECT id, state FROM dbqueue_job
+WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
+ORDER BY id
+FOR KEY SHARE;
+
+-- name: insert_dependencies
+-- Write the edges in %(rows)s (JSON [{job_id, depends_on_id, position, on_failure, state}]).
+INSERT INTO dbqueue_dependency (job_id, depends_on_id, position, on_failure, state)
+SELECT job_id, depends_on_id, position, on_failure, state
+FROM jsonb_to_recordset(%(rows)s::jsonb)
+    AS e(job_id bigint, depends_on_id bigint, position integer, on_failure text, state text);
+
+-- name: settle_edges
+-- The jobs in %(finished)s (JSON [{id, failed}]) have just finished, failed meaning dead or
+-- cancelled: settle their pending edges, resolved, or failed where a failure cancels the
+-- dependent. Returns, per dependent (in id order), how many edges were resolved and the
+-- lowest dependency among those that failed (NULL: none).
+WITH finished AS (
+    SELECT * FROM jsonb_to_recordset(%(finished)s::jsonb) AS f(id bigint, failed boolean)
+),
+marked AS (
+    UPDATE dbqueue_dependency e
+    SET state = CASE WHEN f.failed AND e.on_failure = 'cancel' THEN 'failed' ELSE 'resolved' END
+    FROM finished f
+    WHERE e.depends_on_id = f.id AND e.state = 'pending'
+    RETURNING e.job_id, e.state, e.depends_on_id
+)
+SELECT job_id, count(*) FILTER (WHERE state = 'resolved') AS resolved,
+       min(depends_on_id) FILTER (WHERE state = 'failed') AS failed_by
+FROM marked
+GROUP BY job_id
+ORDER BY job_id;
+
+-- name: reopen_edges
+-- The dead jobs in %(job_ids)s were requeued: their failed edges are pending again.
+-- Returns the dependents those edges held, in id order.
+WITH reopened AS (
+    UPDATE dbqueue_dependency e SET state = 'pending'
+    WHERE e.depends_on_id = ANY (ARRAY(
+        SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
+    ))
+      AND e.state = 'failed'
+    RETURNING e.job_id
+)
+SELECT DISTINCT job_id FROM reopened ORDER BY job_id;
+
+-- name: lock_dependents
+-- Lock the jobs in %(job_ids)s in id order (two settling transactions then cannot
+-- deadlock on them); return what settling them needs: state, pending count, error
+-- history and last error code, how many of their edges stand failed, dedupe key, and the
+-- database clock (UTC wall-clock time) to stamp a history entry with.
+SELECT j.id, j.state, j.pending_dependencies, j.errors, j.last_error_code, j.task,
+       j.dedupe_key,
+       (SELECT count(*) FROM dbqueue_dependency e
+        WHERE e.job_id = j.id AND e.state = 'failed') AS failed_edges,
+       clock_timestamp() AT TIME ZONE 'UTC' AS clock
+FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
+ORDER BY j.id
+FOR UPDATE;
+
+-- name: update_dependents
+-- Write what settling decided for each locked dependent in %(rows)s (JSON [{id, resolved,
+-- state, code, last_error, errors}]: pending count lowered by resolved; the state; the
+-- error fields, unchanged where null). finished_at follows the state: cleared when it is
+-- waiting or ready, stamped when it becomes terminal. Listeners on %(channel)s hear of the
+-- queues of the jobs made ready, at commit. Returns each job's id, state and queue.
+WITH settled AS (
+    UPDATE dbqueue_job j
+    SET pending_dependencies = j.pending_dependencies - r.resolved,
+        state = r.state,
+        finished_at = CASE WHEN r.state IN ('waiting', 'ready') THEN NULL
+                           WHEN r.state = j.state THEN j.finished_at
+                           ELSE clock_timestamp() END,
+        last_error_code = COALESCE(r.code, j.last_error_code),
+        last_error = COALESCE(r.last_error, j.last_error),
+        errors = COALESCE(r.errors, j.errors)
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+        id bigint, resolved integer, state text, code text, last_error text, errors jsonb
+    )
+    WHERE j.id = r.id
+    RETURNING j.id, j.state, j.queue
+)
+SELECT id, state, queue,
+       CASE WHEN state = 'ready' THEN pg_notify(%(channel)s, queue) END AS notified
+FROM settled;
+
+-- name: workflow_jobs
+-- The ids of every job linked to job %(job_id)s through dependencies, either way (its
+-- workflow), itself included, at most %(limit)s of them, lowest first.
+WITH RECURSIVE linked(id) AS (
+    SELECT %(job_id)s::bigint
+    UNION
+    SELECT CASE WHEN e.job_id = l.id THEN e.depends_on_id ELSE e.job_id END
+    FROM linked l JOIN dbqueue_dependency e ON e.job_id = l.id OR e.depends_on_id = l.id
+)
+SELECT id FROM linked ORDER BY id LIMIT %(limit)s;

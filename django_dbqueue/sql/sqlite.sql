@@ -6,25 +6,31 @@
 -- SQLite's own date functions round to the millisecond.
 
 -- name: insert_jobs
--- Insert one ready job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all
--- with the same options, ids increasing in input order. A row whose (task, dedupe_key)
--- matches an active job is skipped, never an error, so the caller's transaction stays
--- usable. (%(channel)s and %(notify)s are unused: SQLite has no NOTIFY.)
+-- Insert one job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all with
+-- the same options, ids increasing in input order: %(state)s ready, or waiting for
+-- %(pending_dependencies)s jobs (whose edges insert_dependencies writes next). A row whose
+-- (task, dedupe_key) matches an unfinished job (waiting, ready or running) is skipped,
+-- never an error, so the caller's transaction stays usable: ON CONFLICT repeats the
+-- condition of the dedupe index, which SQLite needs to match the index.
+-- (%(channel)s and %(notify)s are unused: SQLite has no NOTIFY.)
 INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
-    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta
+    subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
+    pending_dependencies
 )
 SELECT
     %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
-    'ready', %(priority)s,
+    %(state)s, %(priority)s,
     COALESCE(%(run_at)s, dbqueue_plus_seconds(%(now)s, %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s, %(serial_key)s,
-    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s
+    %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s,
+    %(pending_dependencies)s
 FROM json_each(%(rows)s) AS item
 WHERE true
 ORDER BY item.key
-ON CONFLICT (task, dedupe_key) WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+ON CONFLICT (task, dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND state IN ('waiting', 'ready', 'running')
 DO NOTHING
 RETURNING id, created_at, run_at;
 
@@ -133,7 +139,11 @@ RETURNING id, 0 AS skipped;
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
 -- as JSON text or null) succeeded with its result. Each row applies only while its lease
--- is the caller's and live. Returns the ids completed; nothing is skipped (no row locks).
+-- is the caller's and live. Unless %(settles)s (the caller then settles the dependents in
+-- the same transaction), a job that other jobs wait for is left running and returned
+-- deferred: complete it again with %(settles)s. Returns the ids completed (marked by this
+-- block's finished_at) and deferred; nothing is skipped (no row locks); the others'
+-- leases were lost.
 WITH done AS (
     SELECT json_extract(value, '$.job_id') AS job_id,
            json_extract(value, '$.lease_token') AS lease_token,
@@ -148,7 +158,20 @@ FROM done AS d
 WHERE dbqueue_job.id = d.job_id
   AND state = 'running' AND dbqueue_job.worker_id = d.worker_id
   AND dbqueue_job.lease_token = d.lease_token AND lease_until > %(now)s
-RETURNING id, 0 AS skipped;
+  AND (%(settles)s OR NOT EXISTS (
+      SELECT 1 FROM dbqueue_dependency AS e
+      WHERE e.depends_on_id = dbqueue_job.id AND e.state = 'pending'
+  ));
+SELECT j.id, 0 AS skipped, 0 AS deferred FROM dbqueue_job AS j
+WHERE j.id IN (SELECT json_extract(value, '$.job_id') FROM json_each(%(rows)s))
+  AND j.state = 'succeeded' AND j.finished_at = %(now)s
+UNION ALL
+SELECT j.id, 0, 1 FROM dbqueue_job AS j
+WHERE NOT %(settles)s
+  AND j.id IN (SELECT json_extract(value, '$.job_id') FROM json_each(%(rows)s))
+  AND EXISTS (
+      SELECT 1 FROM dbqueue_dependency AS e WHERE e.depends_on_id = j.id AND e.state = 'pending'
+  );
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
@@ -221,9 +244,10 @@ RETURNING id, state;
 -- max_attempts stops at 2147483647 (a 32-bit column): a budget at that limit stays there.
 -- Id, attempts, dedupe key and history are kept; a cancel request is cleared. At most one job per (task, dedupe_key)
 -- is revived: among the selected dead jobs sharing one, the lowest id, and none while an
--- active job holds it (whether or not SQLite lets the statement see its own changes, the
--- two NOT EXISTS between them exclude a second revival). Returns the ids requeued.
--- (%(channel)s: no NOTIFY on SQLite.)
+-- unfinished job (waiting, ready or running) holds it (whether or not SQLite lets the
+-- statement see its own changes, the two NOT EXISTS between them exclude a second
+-- revival). Returns the ids requeued, each with whether a failed dependency edge leads
+-- from it (held: its failure cancelled jobs that waited). (%(channel)s: no NOTIFY on SQLite.)
 UPDATE dbqueue_job
 SET state = 'ready', max_attempts = MIN(max_attempts + %(extra_attempts)s, 2147483647),
     run_at = %(now)s,
@@ -240,10 +264,12 @@ WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
       AND NOT EXISTS (
           SELECT 1 FROM dbqueue_job AS a
           WHERE a.task = dbqueue_job.task AND a.dedupe_key = dbqueue_job.dedupe_key
-            AND a.state IN ('ready', 'running')
+            AND a.state IN ('waiting', 'ready', 'running')
       )
   ))
-RETURNING id;
+RETURNING id, EXISTS (
+    SELECT 1 FROM dbqueue_dependency AS e WHERE e.depends_on_id = dbqueue_job.id AND e.state = 'failed'
+) AS held;
 
 -- name: run_now
 -- Make the ready jobs in %(job_ids)s that are scheduled in the future due now.
@@ -255,12 +281,12 @@ WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
 RETURNING id;
 
 -- name: cancel
--- Cancel the ready jobs in %(job_ids)s. Running and finished jobs are left alone.
--- Returns the ids cancelled.
+-- Cancel the ready and waiting jobs in %(job_ids)s. Running and finished jobs are left
+-- alone. Returns the ids cancelled (the caller settles their dependents).
 UPDATE dbqueue_job
 SET state = 'cancelled', finished_at = %(now)s
 WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
-  AND state = 'ready'
+  AND state IN ('ready', 'waiting')
 RETURNING id;
 
 -- name: request_cancel
@@ -284,3 +310,121 @@ WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
   AND lease_until > %(now)s
 RETURNING id;
+
+-- name: lock_dependencies
+-- The jobs in %(job_ids)s that a job being enqueued will depend on, with their states. The
+-- enqueue's transaction holds the database write lock already (BEGIN IMMEDIATE, as
+-- dbqueue.W005 asks), so none can finish between this read and the edge's commit. Ids
+-- that match no job are missing from the result.
+SELECT id, state FROM dbqueue_job
+WHERE id IN (SELECT value FROM json_each(%(job_ids)s))
+ORDER BY id;
+
+-- name: insert_dependencies
+-- Write the edges in %(rows)s (JSON [{job_id, depends_on_id, position, on_failure, state}]).
+INSERT INTO dbqueue_dependency (job_id, depends_on_id, position, on_failure, state)
+SELECT json_extract(value, '$.job_id'), json_extract(value, '$.depends_on_id'),
+       json_extract(value, '$.position'), json_extract(value, '$.on_failure'),
+       json_extract(value, '$.state')
+FROM json_each(%(rows)s)
+ORDER BY key;
+
+-- name: settle_edges
+-- The jobs in %(finished)s (JSON [{id, failed}]) have just finished, failed meaning dead or
+-- cancelled: settle their pending edges, resolved, or failed where a failure cancels the
+-- dependent. Returns, per dependent (in id order), how many edges were resolved and the
+-- lowest dependency among those that failed (NULL: none): the first statement reads them,
+-- the second settles the same edges (the write lock is held between the two; the block's
+-- result is the first one's rows, the update returning none).
+WITH finished AS (
+    SELECT json_extract(value, '$.id') AS id, max(json_extract(value, '$.failed')) AS failed
+    FROM json_each(%(finished)s)
+    GROUP BY 1
+),
+marked AS (
+    SELECT e.job_id, e.depends_on_id,
+           CASE WHEN f.failed AND e.on_failure = 'cancel' THEN 'failed'
+                ELSE 'resolved' END AS state
+    FROM finished AS f
+    JOIN dbqueue_dependency AS e ON e.depends_on_id = f.id
+    WHERE e.state = 'pending'
+)
+SELECT job_id, count(*) FILTER (WHERE state = 'resolved') AS resolved,
+       min(depends_on_id) FILTER (WHERE state = 'failed') AS failed_by
+FROM marked
+GROUP BY job_id
+ORDER BY job_id;
+WITH finished AS (
+    SELECT json_extract(value, '$.id') AS id, max(json_extract(value, '$.failed')) AS failed
+    FROM json_each(%(finished)s)
+    GROUP BY 1
+)
+UPDATE dbqueue_dependency
+SET state = CASE WHEN f.failed AND on_failure = 'cancel' THEN 'failed' ELSE 'resolved' END
+FROM finished AS f
+WHERE dbqueue_dependency.depends_on_id = f.id AND dbqueue_dependency.state = 'pending';
+
+-- name: reopen_edges
+-- The dead jobs in %(job_ids)s were requeued: their failed edges are pending again.
+-- Returns the dependents those edges held, in id order: the first statement reads them,
+-- the second reopens the same edges (the write lock is held between the two; the block's
+-- result is the first one's rows, the update returning none).
+SELECT DISTINCT job_id FROM dbqueue_dependency
+WHERE depends_on_id IN (SELECT value FROM json_each(%(job_ids)s)) AND state = 'failed'
+ORDER BY job_id;
+UPDATE dbqueue_dependency SET state = 'pending'
+WHERE depends_on_id IN (SELECT value FROM json_each(%(job_ids)s)) AND state = 'failed';
+
+-- name: lock_dependents
+-- The jobs in %(job_ids)s in id order (the write lock is the database's, held already);
+-- return what settling them needs: state, pending count, error history and last error
+-- code, how many of their edges stand failed, dedupe key, and the clock (UTC) to stamp a
+-- history entry with.
+SELECT j.id, j.state, j.pending_dependencies, j.errors, j.last_error_code, j.task,
+       j.dedupe_key,
+       (SELECT count(*) FROM dbqueue_dependency AS e
+        WHERE e.job_id = j.id AND e.state = 'failed') AS failed_edges,
+       strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS clock
+FROM dbqueue_job AS j
+WHERE j.id IN (SELECT value FROM json_each(%(job_ids)s))
+ORDER BY j.id;
+
+-- name: update_dependents
+-- Write what settling decided for each dependent in %(rows)s (JSON [{id, resolved, state,
+-- code, last_error, errors}]: pending count lowered by resolved; the state; the error
+-- fields, unchanged where null). finished_at follows the state: cleared when it is
+-- waiting or ready, stamped when it becomes terminal. Returns each job's id, state and
+-- queue. (%(channel)s: no NOTIFY on SQLite.)
+WITH settled AS (
+    SELECT json_extract(value, '$.id') AS id,
+           json_extract(value, '$.resolved') AS resolved,
+           json_extract(value, '$.state') AS state,
+           json_extract(value, '$.code') AS code,
+           json_extract(value, '$.last_error') AS last_error,
+           json_extract(value, '$.errors') AS errors
+    FROM json_each(%(rows)s)
+)
+UPDATE dbqueue_job
+SET pending_dependencies = dbqueue_job.pending_dependencies - r.resolved,
+    state = r.state,
+    finished_at = CASE WHEN r.state IN ('waiting', 'ready') THEN NULL
+                       WHEN r.state = dbqueue_job.state THEN dbqueue_job.finished_at
+                       ELSE %(now)s END,
+    last_error_code = COALESCE(r.code, dbqueue_job.last_error_code),
+    last_error = COALESCE(r.last_error, dbqueue_job.last_error),
+    errors = COALESCE(r.errors, dbqueue_job.errors)
+FROM settled AS r
+WHERE dbqueue_job.id = r.id
+RETURNING dbqueue_job.id, dbqueue_job.state, dbqueue_job.queue;
+
+-- name: workflow_jobs
+-- The ids of every job linked to job %(job_id)s through dependencies, either way (its
+-- workflow), itself included, at most %(limit)s of them, lowest first.
+WITH RECURSIVE linked(id) AS (
+    SELECT %(job_id)s
+    UNION
+    SELECT e.depends_on_id FROM linked AS l JOIN dbqueue_dependency AS e ON e.job_id = l.id
+    UNION
+    SELECT e.job_id FROM linked AS l JOIN dbqueue_dependency AS e ON e.depends_on_id = l.id
+)
+SELECT id FROM linked ORDER BY id LIMIT %(limit)s;

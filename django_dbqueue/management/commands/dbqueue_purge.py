@@ -13,7 +13,8 @@ from django_dbqueue.management.options import BATCH_MAX, BATCH_SIZE
 class Command(BaseCommand):
     help = (
         "Delete finished jobs older than DBQUEUE SUCCEEDED_RETENTION / DEAD_RETENTION, "
-        "in batches. Ready and running jobs are never touched."
+        "in batches. Unfinished jobs are never touched, nor a finished job that an "
+        "unfinished one depends on (its result is kept for it)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -17,7 +17,8 @@ class Command(BaseCommand):
     help = (
         "Requeue dead jobs (same id, idempotency key and history) with more attempts. "
         "Select them with --ids, --task, --queue, --error-code and --since (died since); "
-        "at most one job per (task, dedupe key) is revived, the others are named. "
+        "at most one job per (task, dedupe key) is revived, the others are named; the "
+        "workflow jobs their failure cancelled wait for them again. "
         "Exits 1 when no dead job matches."
     )
 
@@ -41,14 +42,23 @@ class Command(BaseCommand):
         jobs = selector.jobs(since_field="finished_at")
         dead = jobs.dead()
         require_match(selector, jobs, [dead], "dead")
-        requeued, duplicates = 0, []
+        requeued, duplicates, waiting_again = 0, [], 0
         with triage.rolled_back_if(dry_run):
             for ids in triage.id_batches(dead, triage.BATCH):
                 result = leases.requeue_report(ids, extra_attempts, actor=ACTOR)
                 requeued += len(result.requeued)
                 duplicates += result.duplicates
-        requeue, skip = ("would requeue", "would skip") if dry_run else ("requeued", "skipped")
+                waiting_again += len(result.waiting_again)
+        requeue, skip, wait = (
+            ("would requeue", "would skip", "would wait")
+            if dry_run
+            else ("requeued", "skipped", "wait")
+        )
         self.stdout.write(f"{requeue} {requeued} dead job(s) with {extra_attempts} more attempt(s)")
+        if waiting_again:
+            self.stdout.write(
+                f"{waiting_again} job(s) their failure had cancelled {wait} for them again"
+            )
         if duplicates:
             self.stdout.write(
                 f"{skip} {len(duplicates)} whose task and dedupe key another job holds "
