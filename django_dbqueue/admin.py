@@ -3,14 +3,17 @@
 The job list shows what is stuck and why, with queue health above it. Every
 action goes through the same lease-protocol functions the workers use, so a
 job whose state changed meanwhile is skipped and reported, never overwritten.
-Nobody edits lifecycle fields by hand. Replace the registration the usual way
-(``admin.site.unregister(Job)``) to customise it.
+Nobody edits lifecycle fields by hand. A job of a workflow lists, on its own
+page, the jobs it waits for and the jobs waiting for it (read-only, each list
+bounded), and links to the list of every job of its workflow. Replace the
+registration the usual way (``admin.site.unregister(Job)``) to customise it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,15 +41,22 @@ from django.utils.timesince import timesince
 
 from django_dbqueue import dashboard, leases, progress, reaper, search, triage
 from django_dbqueue.listing import (
+    LINKED_PARAMETERS,
+    NEWEST_FIRST,
+    BlockedFilter,
+    DependenciesFilter,
+    DependentsFilter,
     ErrorCodeFilter,
     EstimatedCountPaginator,
     QueueFilter,
     ReadChangeList,
     TaskFilter,
+    WorkflowFilter,
 )
-from django_dbqueue.models import TERMINAL_STATES, Job, JobState
+from django_dbqueue.models import TERMINAL_STATES, Dependency, Job, JobState
 
 STATE_COLOURS = {
+    JobState.WAITING: "#6a1b9a",
     JobState.READY: "#1565c0",
     JobState.RUNNING: "#ef6c00",
     JobState.SUCCEEDED: "#2e7d32",
@@ -66,6 +76,10 @@ PAGE_LABELS = {
 }
 #: Columns the list page never needs: kept out of its query.
 HEAVY_FIELDS = ("args", "kwargs", "result", "errors", "meta")
+#: Dependencies, and dependents, the job's page lists; it counts the rest and links to them.
+LINKED_ROWS = 100
+#: The fields of the "Workflow" fieldset, shown for a job with dependencies or dependents.
+WORKFLOW_FIELDS = ("dependencies_table", "dependents_table", "workflow_link")
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -94,7 +108,103 @@ def pretty_json(value: object) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
 
 
+def badge(state: str) -> SafeString:
+    """The state word on its colour, as the list's state column shows it."""
+    return format_html(
+        '<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
+        STATE_COLOURS.get(state, "#000"),
+        state,
+    )
+
+
+def change_link(job_id: int) -> str:
+    return reverse("admin:django_dbqueue_job_change", args=[job_id])
+
+
+def changelist_link(**params: object) -> str:
+    query = "&".join(f"{name}={value}" for name, value in params.items())
+    return f"{reverse('admin:django_dbqueue_job_changelist')}?{query}"
+
+
+@dataclass(frozen=True)
+class LinkedJob:
+    """One edge as the job's page lists it: the job at its other end, and the edge itself.
+
+    ``task`` and ``state`` are ``None`` when that job no longer exists (deleted).
+    """
+
+    job_id: int
+    task: str | None
+    state: str | None
+    edge_state: str
+    on_failure: str
+
+
+@dataclass(frozen=True)
+class LinkedJobs:
+    """The first ``LINKED_ROWS`` jobs a job waits for and waiting for it, and how many in all."""
+
+    dependencies: list[LinkedJob]
+    dependencies_total: int
+    dependents: list[LinkedJob]
+    dependents_total: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.dependencies_total or self.dependents_total)
+
+
+def linked_jobs(job: Job) -> LinkedJobs:
+    """What the job's page lists of its workflow, read where ``job`` was read.
+
+    At most five short queries, whatever the fan-in or fan-out (two for a job
+    outside any workflow): the first ``LINKED_ROWS`` + 1 edges each way
+    (dependencies in ``position`` order through the ``(job, position)`` index,
+    dependents in id order through the ``(depends_on, job)`` index), a count
+    only for a list that is longer, and the linked jobs' task and state by
+    primary key. Cached on ``job``: the page's fieldsets and three fields read
+    it once.
+    """
+    cached: LinkedJobs | None = getattr(job, "_dbqueue_linked_jobs", None)
+    if cached is not None:
+        return cached
+    edges = Dependency.objects.using(job._state.db)
+    dependencies, dependencies_total = _edges(
+        edges.filter(job_id=job.pk).order_by("position"), "depends_on_id"
+    )
+    dependents, dependents_total = _edges(
+        edges.filter(depends_on_id=job.pk).order_by("job_id"), "job_id"
+    )
+    ids = {row[0] for row in dependencies + dependents}
+    jobs = {
+        pk: (task, state)
+        for pk, task, state in Job.objects.using(job._state.db)
+        .filter(pk__in=ids)
+        .values_list("pk", "task", "state")
+    }
+
+    def rows(found: list[tuple[int, str, str]]) -> list[LinkedJob]:
+        return [
+            LinkedJob(job_id, *jobs.get(job_id, (None, None)), edge_state, on_failure)
+            for job_id, edge_state, on_failure in found
+        ]
+
+    linked = LinkedJobs(rows(dependencies), dependencies_total, rows(dependents), dependents_total)
+    setattr(job, "_dbqueue_linked_jobs", linked)  # noqa: B010 - not a declared attribute
+    return linked
+
+
+def _edges(edges: QuerySet[Dependency], other_end: str) -> tuple[list[tuple[int, str, str]], int]:
+    """``(other end's job id, edge state, on_failure)`` of the first ``LINKED_ROWS`` of
+    ``edges``, and how many there are in all (counted only past ``LINKED_ROWS``)."""
+    found = list(edges.values_list(other_end, "state", "on_failure")[: LINKED_ROWS + 1])
+    total = len(found) if len(found) <= LINKED_ROWS else edges.count()
+    return found[:LINKED_ROWS], total
+
+
 if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec
+
     ModelAdmin = admin.ModelAdmin[Job]
 else:  # ModelAdmin is generic for type checkers only.
     ModelAdmin = admin.ModelAdmin
@@ -114,7 +224,16 @@ class JobAdmin(ModelAdmin):
         "age",
     )
     list_display_links = ("id",)
-    list_filter = (StateFilter, QueueFilter, TaskFilter, ErrorCodeFilter)
+    list_filter = (
+        StateFilter,
+        QueueFilter,
+        TaskFilter,
+        ErrorCodeFilter,
+        BlockedFilter,
+        WorkflowFilter,
+        DependenciesFilter,
+        DependentsFilter,
+    )
     # Shows the search box; ``get_search_results`` (``search.matching``) does the matching.
     search_fields = ("task",)
     search_help_text = search.HELP_TEXT
@@ -165,6 +284,13 @@ class JobAdmin(ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return super().get_queryset(request).defer(*HEAVY_FIELDS)
 
+    def get_ordering(self, request: HttpRequest) -> Any:
+        """Newest first; by ``listing.NEWEST_FIRST`` while a linked-jobs filter is on (a
+        workflow, a job's dependencies or dependents), so its cost is bounded by their number."""
+        if any(request.GET.get(name) for name in LINKED_PARAMETERS):
+            return [NEWEST_FIRST]
+        return super().get_ordering(request)
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
@@ -176,7 +302,15 @@ class JobAdmin(ModelAdmin):
         return search.matching(queryset, search_term), False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
-        return flatten_fieldsets(self.fieldsets)
+        return [*flatten_fieldsets(self.fieldsets), *WORKFLOW_FIELDS]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> _FieldsetSpec:
+        """``fieldsets``, and after the timeline a "Workflow" one for a job with dependencies
+        or dependents (``linked_jobs``)."""
+        fieldsets = self.fieldsets
+        if obj is None or not linked_jobs(obj).any:
+            return fieldsets
+        return (*fieldsets[:2], ("Workflow", {"fields": WORKFLOW_FIELDS}), *fieldsets[2:])
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -262,6 +396,7 @@ class JobAdmin(ModelAdmin):
         """``(action, label)`` for each action the user may run and the job's state allows."""
         fitting = {
             JobState.DEAD: ["requeue_dead"],
+            JobState.WAITING: ["cancel_ready"],
             JobState.READY: ["cancel_ready", *(["run_now"] if job.run_at > timezone.now() else [])],
             JobState.RUNNING: [] if job.cancel_requested_at else ["request_cancel"],
         }.get(JobState(job.state), [])
@@ -293,17 +428,13 @@ class JobAdmin(ModelAdmin):
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> SafeString:
         """The state word on its colour; a job an operator asked to stop says so beside it."""
-        badge = format_html(
-            '<span style="background:{};color:#fff;padding:1px 6px;border-radius:8px">{}</span>',
-            STATE_COLOURS.get(JobState(job.state), "#000"),
-            job.state,
-        )
+        shown = badge(job.state)
         if job.cancel_requested_at is None:
-            return badge
+            return shown
         return format_html(
             '{} <span class="dbqueue-cancel-requested" title="cancel requested {}">'
             "cancel requested</span>",
-            badge,
+            shown,
             job.cancel_requested_at.isoformat(timespec="seconds"),
         )
 
@@ -406,6 +537,32 @@ class JobAdmin(ModelAdmin):
             rows,
         )
 
+    @admin.display(description="depends on")
+    def dependencies_table(self, job: Job) -> SafeString | str:
+        """The jobs this one waits for, in ``after=`` order, each linked to its page; past
+        ``LINKED_ROWS``, how many more, linked to the list of them all."""
+        linked = linked_jobs(job)
+        more = changelist_link(depended_on_by=job.pk)
+        return _linked_table(linked.dependencies, linked.dependencies_total, more)
+
+    @admin.display(description="waited for by")
+    def dependents_table(self, job: Job) -> SafeString | str:
+        """The jobs waiting for this one (or that waited), by id, each linked to its page;
+        past ``LINKED_ROWS``, how many more, linked to the list of them all."""
+        linked = linked_jobs(job)
+        more = changelist_link(depends_on=job.pk)
+        return _linked_table(linked.dependents, linked.dependents_total, more)
+
+    @admin.display(description="workflow")
+    def workflow_link(self, job: Job) -> SafeString | str:
+        """A link to the list of every job of this job's workflow (``WorkflowFilter``)."""
+        if not linked_jobs(job).any:
+            return "-"
+        return format_html(
+            '<a class="dbqueue-workflow" href="{}">every job of this workflow</a>',
+            changelist_link(workflow=job.pk),
+        )
+
     # --- actions -------------------------------------------------------------------------
 
     @admin.action(description="Requeue dead jobs with more attempts", permissions=["requeue"])
@@ -434,15 +591,24 @@ class JobAdmin(ModelAdmin):
         return TemplateResponse(request, "admin/django_dbqueue/job/requeue_dead.html", context)
 
     def _requeue(self, request: HttpRequest, queryset: QuerySet[Job], extra: int) -> None:
-        """Requeue via ``leases.requeue_report``; name the jobs kept dead for their dedupe key."""
+        """Requeue via ``leases.requeue_report``; name the jobs kept dead for their dedupe key,
+        and count the workflow jobs their failure had cancelled, waiting for them again."""
         duplicates: list[int] = []
+        waiting_again: list[int] = []
 
         def requeue(ids: Iterable[int]) -> list[int]:
             result = leases.requeue_report(ids, extra, actor=request.user.get_username())
             duplicates.extend(result.duplicates)
+            waiting_again.extend(result.waiting_again)
             return result.requeued
 
         self._apply(request, queryset, requeue, f"Requeued with {extra} more attempt(s)")
+        if waiting_again:
+            self.message_user(
+                request,
+                f"Waiting again for the jobs requeued, which their failure had cancelled: "
+                f"{triage.named(waiting_again)}.",
+            )
         if duplicates:
             self.message_user(
                 request,
@@ -451,7 +617,7 @@ class JobAdmin(ModelAdmin):
                 messages.WARNING,
             )
 
-    @admin.action(description="Cancel ready jobs", permissions=["change"])
+    @admin.action(description="Cancel ready or waiting jobs", permissions=["change"])
     def cancel_ready(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self._apply(request, queryset, leases.cancel, "Cancelled")
 
@@ -507,6 +673,44 @@ class JobAdmin(ModelAdmin):
         if skipped:
             text += f" Skipped {skipped} whose state did not allow it (or changed meanwhile)."
         self.message_user(request, text, level)
+
+
+def _linked_table(rows: list[LinkedJob], total: int, more_url: str) -> SafeString | str:
+    """``rows`` as a table (job, task, state, edge, on failure), each job linked to its page,
+    and "and N more" linked to ``more_url`` when ``total`` is more than the rows shown."""
+    if not rows:
+        return "-"
+    body = format_html_join(
+        "",
+        '<tr><td><a href="{}">{}</a></td><td><span title="{}">{}</span></td><td>{}</td>'
+        '<td class="dbqueue-edge-{}">{}</td><td>{}</td></tr>',
+        (
+            (
+                change_link(row.job_id),
+                row.job_id,
+                row.task or "",
+                row.task.rsplit(".", 1)[-1] if row.task else "(deleted)",
+                badge(row.state) if row.state else "-",
+                row.edge_state,
+                row.edge_state,
+                row.on_failure,
+            )
+            for row in rows
+        ),
+    )
+    table = format_html(
+        '<table class="dbqueue-linked"><thead><tr><th>job</th><th>task</th><th>state</th>'
+        "<th>edge</th><th>on failure</th></tr></thead><tbody>{}</tbody></table>",
+        body,
+    )
+    if total <= len(rows):
+        return table
+    return format_html(
+        '{}<p><a class="dbqueue-more" href="{}">and {} more</a></p>',
+        table,
+        more_url,
+        total - len(rows),
+    )
 
 
 def _ago(at: datetime | None) -> str:

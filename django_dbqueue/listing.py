@@ -10,6 +10,14 @@ and, for queues and tasks, from what needs no row: the configured ``QUEUES`` and
 the task registry (every task the process imported, and the queues they name).
 Every choice filters through an index over all rows, ``(queue, id)`` or ``(task, id)``.
 The list and its filters' choices read from ``READ_DATABASE`` when it is set.
+
+Workflows (``using(after=...)``) add filters that read the dependency edges
+through their indexes: ``?workflow=<job id>`` (every job linked to that job,
+sql ``workflow_jobs``), ``?depended_on_by=<job id>`` (the jobs it waits for),
+``?depends_on=<job id>`` (the jobs waiting for it), each at most
+``LINKED_LIMIT`` jobs, and ``?blocked=yes`` (the jobs a failed dependency
+holds). The first three show in the sidebar only while in use: the job's page
+links to them.
 """
 
 from __future__ import annotations
@@ -17,19 +25,24 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import F, OrderBy, QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
-from django_dbqueue import conf, registry
-from django_dbqueue.models import EVERY_JOB, Job, JobState
+from django_dbqueue import conf, registry, sql, stats
+from django_dbqueue.models import EVERY_JOB, Dependency, Job, JobState
 
 #: Past this many rows (by the planner's estimate) the list shows the estimate.
 ESTIMATE_ABOVE = 10_000
+#: Most jobs a linked-jobs filter (``?workflow=``, ``?depends_on=``, ``?depended_on_by=``)
+#: lists: the lowest ids (the first enqueued) of more.
+LINKED_LIMIT = 10_000
+#: The largest job id (``bigint``): a bigger number names no job.
+MAX_JOB_ID = 2**63 - 1
 
 
 def plan_of(queryset: QuerySet[Any]) -> dict[str, Any] | None:
@@ -158,3 +171,125 @@ class ErrorCodeFilter(TriageValuesFilter):
     title = "last error code"
     parameter_name = "last_error_code__exact"
     field = "last_error_code"
+
+
+def job_id_param(value: object) -> int | None:
+    """``value`` (a query string parameter) as a job id; ``None`` unless it is one: ASCII
+    digits naming a positive ``bigint``. Never raises, so a bad link lists nothing, never a 500.
+    """
+    text = str(value or "")
+    if not (text.isascii() and text.isdigit()):
+        return None
+    job_id = int(text)
+    return job_id if 0 < job_id <= MAX_JOB_ID else None
+
+
+class LinkedJobsFilter(admin.SimpleListFilter):
+    """The jobs linked to the job ``?<parameter_name>=<job id>`` names, one way or another.
+
+    Shown in the sidebar only while in use (its one choice is the job named,
+    and "All" clears it): the job's page links here. A value that is no job
+    id lists nothing. At most ``LINKED_LIMIT`` jobs, the lowest ids; past that
+    a warning says the list is cut. The ids are read first, through the
+    dependency edges' indexes, so the list costs at most ``LINKED_LIMIT``
+    primary-key reads wherever the jobs lie in the table (the admin orders
+    such a list so that no index walk stands in for them: ``NEWEST_FIRST``).
+    """
+
+    #: The choice's label; ``{}`` is the job id.
+    label = "of job {}"
+    #: The warning when there are more than ``LINKED_LIMIT``; ``{}`` is the job id.
+    too_many = "Job {} has more than {limit:,} of these"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(str(value), self.label.format(value))] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        if not self.value():
+            return queryset
+        job_id = job_id_param(self.value())
+        if job_id is None:
+            nothing: QuerySet[Job] = queryset.none()
+            return nothing
+        ids = self.linked_ids(queryset.db, job_id, LINKED_LIMIT + 1)
+        if len(ids) > LINKED_LIMIT:
+            messages.warning(
+                request,
+                f"{self.too_many.format(job_id, limit=LINKED_LIMIT)}: only the first "
+                f"{LINKED_LIMIT:,} (lowest ids) are listed.",
+            )
+        linked: QuerySet[Job] = queryset.filter(pk__in=ids[:LINKED_LIMIT])
+        return linked
+
+    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
+        """At most ``limit`` ids of the jobs linked to ``job_id``, lowest first, read on
+        ``alias`` (where the list reads)."""
+        raise NotImplementedError
+
+
+class WorkflowFilter(LinkedJobsFilter):
+    """``?workflow=<job id>``: every job of that job's workflow, itself included: every job
+    linked to it through dependencies, either way (sql ``workflow_jobs``)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+    too_many = "The workflow of job {} has more than {limit:,} jobs"
+
+    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
+        rows = sql.run(connections[alias], "workflow_jobs", {"job_id": job_id, "limit": limit})
+        return [int(row["id"]) for row in rows]
+
+
+class DependenciesFilter(LinkedJobsFilter):
+    """``?depended_on_by=<job id>``: the jobs that job waits for (its ``after=``), through the
+    edges' ``(job, position)`` index."""
+
+    title = "dependencies"
+    parameter_name = "depended_on_by"
+    too_many = "Job {} depends on more than {limit:,} jobs"
+
+    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
+        edges = Dependency.objects.using(alias).filter(job_id=job_id)
+        ids = edges.order_by("depends_on_id").values_list("depends_on_id", flat=True)
+        return list(ids.distinct()[:limit])
+
+
+class DependentsFilter(LinkedJobsFilter):
+    """``?depends_on=<job id>``: the jobs waiting for that job (or that waited), through the
+    edges' ``(depends_on, job)`` index."""
+
+    title = "dependents"
+    parameter_name = "depends_on"
+    too_many = "More than {limit:,} jobs depend on job {}"
+
+    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
+        edges = Dependency.objects.using(alias).filter(depends_on_id=job_id)
+        ids = edges.order_by("job_id").values_list("job_id", flat=True)
+        return list(ids.distinct()[:limit])
+
+
+#: The query string parameters of the linked-jobs filters.
+LINKED_PARAMETERS = tuple(
+    each.parameter_name for each in (WorkflowFilter, DependenciesFilter, DependentsFilter)
+)
+#: The list's order while a linked-jobs filter is on: newest first, as always, but by an
+#: expression no index can serve. Else the planner may walk the primary key down from the
+#: newest job, expecting the few linked jobs spread evenly through the table, and read
+#: millions of rows to find an old workflow; this way it reads the linked ids (at most
+#: ``LINKED_LIMIT``) and sorts them.
+NEWEST_FIRST = OrderBy(F("id") + 0, descending=True)
+
+
+class BlockedFilter(admin.SimpleListFilter):
+    """``?blocked=yes``: the jobs a failed dependency holds (``stats.blocked_jobs``, the
+    figure the health summary counts). Requeueing the dead dependency returns them to waiting."""
+
+    title = "blocked"
+    parameter_name = "blocked"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "by a failed dependency")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return stats.blocked_jobs(queryset) if self.value() == "yes" else queryset

@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 QUEUE_STATS_TTL = 5.0
 #: ``QueueStats`` field -> (gauge name, help), labelled ``queue``.
 QUEUE_GAUGES = {
+    "waiting": (
+        "dbqueue_queue_waiting_jobs",
+        "Jobs waiting for the jobs they depend on; never claimed until then.",
+    ),
     "ready": ("dbqueue_queue_ready_jobs", "Ready jobs that are due now."),
     "scheduled": ("dbqueue_queue_scheduled_jobs", "Ready jobs whose run_at is still ahead."),
     "running": ("dbqueue_queue_running_jobs", "Jobs held under a lease."),
@@ -66,6 +70,11 @@ QUEUE_GAUGES = {
         "Running jobs whose lease ends within 30 seconds.",
     ),
     "dead": ("dbqueue_queue_dead_jobs", "Dead jobs waiting for an operator."),
+    "blocked": (
+        "dbqueue_jobs_blocked",
+        "Jobs cancelled by a failed dependency; requeueing the dead dependency "
+        "returns them to waiting.",
+    ),
     "succeeded_last_hour": (
         "dbqueue_queue_succeeded_last_hour",
         "Jobs that succeeded in the last hour.",

@@ -1,8 +1,9 @@
 """Queue health: the per-queue summary shared by the admin, ``dbqueue_stats`` and metrics.
 
 Each summary is one query, grouped per state over the rows that can matter
-(ready, running, dead, and succeeded within the last hour), each state through
-its index, so its cost does not grow with the number of old finished rows.
+(waiting, ready, running, dead, blocked, and succeeded within the last hour),
+each through its partial index, so its cost does not grow with the number of
+old finished rows.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, DateTimeField, Min, Q, QuerySet, Value
+from django.db.models import Count, DateTimeField, Exists, Min, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from django_dbqueue import conf
-from django_dbqueue.models import Job
+from django_dbqueue.models import Dependency, EdgeState, Job, JobState
 
 #: Leases ending within this window count as "expiring".
 EXPIRING_WITHIN = timedelta(seconds=30)
@@ -26,7 +27,14 @@ RECENT = timedelta(hours=1)
 
 @dataclass(frozen=True)
 class QueueStats:
-    """One queue's health. ``ready`` counts due jobs only; ``scheduled`` the ones not yet due."""
+    """One queue's health. ``ready`` counts due jobs only; ``scheduled`` the ones not yet due.
+
+    ``waiting``: jobs waiting for the jobs they depend on (never claimed until
+    then). ``blocked``: jobs a failed dependency holds, that is ``cancelled``
+    jobs with at least one ``failed`` edge (``blocked_jobs``): requeueing the
+    dead dependency returns them to waiting. Both come last, with defaults, so
+    the positional construction of earlier releases still works.
+    """
 
     ready: int
     scheduled: int
@@ -35,17 +43,20 @@ class QueueStats:
     dead: int
     succeeded_last_hour: int
     oldest_ready_age_seconds: float | None
+    waiting: int = 0
+    blocked: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
-    """Health of every queue with active, dead or recently succeeded jobs, by name.
+    """Health of every queue with unfinished, dead, blocked or recently succeeded jobs, by name.
 
     One query: a ``UNION ALL`` of one grouped branch per state, each served by
-    that state's partial index (ready and dead by index-only scans, recent
-    successes by the finished-at index), so its cost follows the rows that
+    that state's partial index (waiting, ready and dead by index-only scans,
+    recent successes by the finished-at index, blocked jobs by the failed-edge
+    index and the cancelled-jobs index), so its cost follows the rows that
     matter, never the finished history.
     """
     now = now or timezone.now()
@@ -63,7 +74,9 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
             running=Count("id"),
             expiring=Count("id", filter=Q(lease_until__lte=now + EXPIRING_WITHIN)),
         ),
+        _branch(jobs.waiting(), waiting=Count("id")),
         _branch(jobs.dead(), dead=Count("id")),
+        _branch(blocked_jobs(jobs), blocked=Count("id")),
         _branch(
             jobs.succeeded().filter(finished_at__gte=now - RECENT),
             succeeded_last_hour=Count("id"),
@@ -80,7 +93,31 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
 
 
 #: The counted columns of every ``queue_stats`` branch, in the order the ``UNION`` needs.
-COUNTED = ("ready", "scheduled", "running", "expiring", "dead", "succeeded_last_hour")
+COUNTED = (
+    "waiting",
+    "ready",
+    "scheduled",
+    "running",
+    "expiring",
+    "dead",
+    "blocked",
+    "succeeded_last_hour",
+)
+
+
+def blocked_jobs(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """The jobs among ``jobs`` that a failed dependency holds: ``cancelled``, with a ``failed``
+    edge (``Dependency.state``). Each counted once, however many of its edges failed. A
+    requeue of the dead job at the start of their cascade returns them to waiting; those
+    whose cascade started at a job an operator cancelled stay until ``DEAD_RETENTION``.
+
+    The edges are read through the partial index ``dbqueue_dependency_failed``, the jobs
+    through their primary key (or ``dbqueue_job_cancelled``): the cost follows the jobs
+    held, never the history.
+    """
+    failed = Dependency.objects.filter(state=EdgeState.FAILED, job_id=OuterRef("pk"))
+    held: QuerySet[Job] = jobs.filter(Exists(failed), state=JobState.CANCELLED)
+    return held
 
 
 def _branch(jobs: QuerySet[Job], **aggregates: Any) -> QuerySet[Job, dict[str, Any]]:
@@ -96,11 +133,13 @@ def _branch(jobs: QuerySet[Job], **aggregates: Any) -> QuerySet[Job, dict[str, A
 def _queue_stats(now: datetime, counts: dict[str, Any]) -> QueueStats:
     oldest = counts["oldest_ready"]
     return QueueStats(
+        waiting=counts["waiting"],
         ready=counts["ready"],
         scheduled=counts["scheduled"],
         running=counts["running"],
         expiring=counts["expiring"],
         dead=counts["dead"],
+        blocked=counts["blocked"],
         succeeded_last_hour=counts["succeeded_last_hour"],
         oldest_ready_age_seconds=(now - oldest).total_seconds() if oldest else None,
     )

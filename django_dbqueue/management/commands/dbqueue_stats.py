@@ -16,11 +16,13 @@ from django_dbqueue.stats import QueueStats, as_json, queue_stats
 
 COLUMNS = (
     "queue",
+    "waiting",
     "ready",
     "scheduled",
     "running",
     "expiring",
     "dead",
+    "blocked",
     "succeeded/1h",
     "oldest ready",
 )
@@ -50,20 +52,22 @@ def is_stale(queue: QueueStats, warning: float) -> bool:
 
 
 def table(stats: dict[str, QueueStats], warning: float) -> str:
-    """One row per queue, numbers right-aligned; a footnote explains ``!``."""
+    """One row per queue, numbers right-aligned, in ``COLUMNS`` order; a footnote explains ``!``."""
     if not stats:
-        return "No queue has ready, running, dead or recently succeeded jobs."
+        return "No queue has waiting, ready, running, dead, blocked or recently succeeded jobs."
     rows = [
         [
             name,
             *(
                 str(value)
                 for value in (
+                    queue.waiting,
                     queue.ready,
                     queue.scheduled,
                     queue.running,
                     queue.expiring,
                     queue.dead,
+                    queue.blocked,
                     queue.succeeded_last_hour,
                 )
             ),
@@ -90,8 +94,9 @@ def table(stats: dict[str, QueueStats], warning: float) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Show each queue's health: ready (due), scheduled, running, leases expiring within "
-        "30 s, dead, succeeded in the last hour, and the oldest ready job's age."
+        "Show each queue's health: waiting (for the jobs they depend on), ready (due), "
+        "scheduled, running, leases expiring within 30 s, dead, blocked (cancelled by a failed "
+        "dependency), succeeded in the last hour, and the oldest ready job's age."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
