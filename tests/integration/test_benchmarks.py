@@ -60,6 +60,12 @@ BENCHMARKS = {
     "pickup_p50",
     "pickup_p95",
     "pickup_max",
+    "workflow_drain_plain",
+    "workflow_drain_fan_in",
+    "workflow_fan_in_ratio",
+    "workflow_chain_handoff_p50",
+    "workflow_chain_handoff_p95",
+    "workflow_chain_handoff_max",
     "scheduled_lateness_p50",
     "scheduled_lateness_p95",
     "scheduled_lateness_max",
@@ -159,6 +165,9 @@ def quick_run(output: Path, *options: str, purpose: str) -> subprocess.Completed
 @pytest.mark.timeout(RUN_TIMEOUT + 20)
 def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path) -> None:
     """With ``--pooler``: its drains too where PgBouncer runs, else the reason it is skipped."""
+    # Imported here: benchmarks.latency imports the benchmark's tasks.
+    from benchmarks.latency import WARM_UP
+
     output = tmp_path / "results.json"
     run = quick_run(output, "--pooler", purpose="smoke")
 
@@ -178,6 +187,13 @@ def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path
     assert len(backlog["jobs_per_second_by_quarter"]) == 4, backlog
     assert all(rate > 0 for rate in backlog["jobs_per_second_by_quarter"]), backlog
     assert backlog["autovacuums_during_drain"] >= 0, backlog
+    # The fan-in drain ran the whole group and its callback, beside a plain drain as large.
+    fan_in = results["workflow_drain_fan_in"]
+    assert fan_in["n"] == results["workflow_drain_plain"]["n"] + 1 == QUICK.fan_in_jobs + 1
+    assert fan_in["details"]["succeeded"] == fan_in["n"], fan_in
+    assert len(fan_in["details"]["rounds"]) == QUICK.rounds, fan_in
+    # Every step of the chain but the first hands off from its predecessor.
+    assert results["workflow_chain_handoff_p50"]["n"] == QUICK.chain_steps - 1 - WARM_UP
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 40)

@@ -168,10 +168,14 @@ PARAMETER_TYPES = {
     "turn": "int",
     "rows": "text",
     "leases": "text",
+    "settles": "boolean",
 }
 EXAMPLES = {
     "claim": leases.claim_params(None, "w1", 10),
-    "complete": {"rows": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1", "result": null}]'},
+    "complete": {
+        "rows": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1", "result": null}]',
+        "settles": False,
+    },
     "renew": {"leases": '[{"job_id": 1, "lease_token": 1, "worker_id": "w1"}]'},
 }
 

@@ -12,7 +12,9 @@ from django.utils import timezone
 from pytest_django import Settings
 
 from django_dbqueue.models import Job, JobState
+from django_dbqueue.testing import run_jobs
 from tests.factories import JobFactory
+from tests.jobs import tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -155,6 +157,18 @@ class TestRequeueCommand:
         )
 
 
+def test_requeue_says_how_many_workflow_jobs_wait_again() -> None:
+    failed = tasks.permanent.enqueue()
+    then = tasks.noop.using(after=[failed]).enqueue()
+    run_jobs()
+
+    assert run("dbqueue_requeue", f"--ids={failed.pk}") == (
+        "requeued 1 dead job(s) with 1 more attempt(s)\n"
+        "1 job(s) their failure had cancelled wait for them again"
+    )
+    assert states()[then.pk] == JobState.WAITING
+
+
 class TestCancelCommand:
     def test_cancels_ready_jobs_and_asks_running_ones_to_stop(self) -> None:
         ready = JobFactory(queue="mail")
@@ -162,7 +176,7 @@ class TestCancelCommand:
         finished = JobFactory(queue="mail", succeeded=True)
         elsewhere = JobFactory(queue="default")
         output = run("dbqueue_cancel", "--queue=mail")
-        assert output == "cancelled 1 ready job(s); asked 1 running job(s) to stop"
+        assert output == "cancelled 1 ready or waiting job(s); asked 1 running job(s) to stop"
         assert states() == {
             ready.pk: JobState.CANCELLED,
             running.pk: JobState.RUNNING,
@@ -176,7 +190,7 @@ class TestCancelCommand:
         old = JobFactory(created_at=timezone.now() - timedelta(hours=3))
         new = JobFactory()
         assert run("dbqueue_cancel", "--since=1h") == (
-            "cancelled 1 ready job(s); asked 0 running job(s) to stop"
+            "cancelled 1 ready or waiting job(s); asked 0 running job(s) to stop"
         )
         assert states() == {old.pk: JobState.READY, new.pk: JobState.CANCELLED}
 
@@ -184,7 +198,7 @@ class TestCancelCommand:
         JobFactory(task="tests.jobs.tasks.flaky")
         JobFactory(task="tests.jobs.tasks.flaky", running=True)
         assert run("dbqueue_cancel", "--task=tests.jobs.tasks.flaky", "--dry-run") == (
-            "would cancel 1 ready job(s) and ask 1 running job(s) to stop"
+            "would cancel 1 ready or waiting job(s) and ask 1 running job(s) to stop"
         )
         assert set(states().values()) == {JobState.READY, JobState.RUNNING}
         assert not Job.objects.filter(cancel_requested_at__isnull=False).exists()
@@ -195,12 +209,26 @@ class TestCancelCommand:
             run("dbqueue_cancel")
         assert set(states().values()) == {JobState.READY}
 
+    def test_cancels_a_waiting_job_and_what_waits_for_it(self) -> None:
+        first = tasks.noop.using(queue="default").enqueue()
+        waiting = tasks.noop.using(queue="mail", after=[first]).enqueue()
+        then = tasks.noop.using(queue="default", after=[waiting]).enqueue()
+
+        assert run("dbqueue_cancel", "--queue=mail") == (
+            "cancelled 1 ready or waiting job(s); asked 0 running job(s) to stop"
+        )
+        assert states() == {
+            first.pk: JobState.READY,
+            waiting.pk: JobState.CANCELLED,
+            then.pk: JobState.CANCELLED,
+        }
+
     def test_since_a_date_without_use_tz(self, settings: Settings) -> None:
         settings.USE_TZ = False
         JobFactory(created_at=datetime(2025, 1, 1))
         new = JobFactory(created_at=datetime(2025, 6, 2))
         assert run("dbqueue_cancel", "--since=2025-06-01") == (
-            "cancelled 1 ready job(s); asked 0 running job(s) to stop"
+            "cancelled 1 ready or waiting job(s); asked 0 running job(s) to stop"
         )
         assert states()[new.pk] == JobState.CANCELLED
 
@@ -209,7 +237,8 @@ class TestNothingMatched:
     """A selection that matches no job the command acts on says so, and exits 1."""
 
     @pytest.mark.parametrize(
-        ("command", "kind"), [("dbqueue_requeue", "dead"), ("dbqueue_cancel", "ready or running")]
+        ("command", "kind"),
+        [("dbqueue_requeue", "dead"), ("dbqueue_cancel", "ready, waiting or running")],
     )
     def test_a_task_that_matches_nothing_is_named_and_exits_1(
         self, command: str, kind: str

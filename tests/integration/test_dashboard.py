@@ -18,10 +18,24 @@ from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries, Settings
 
 from django_dbqueue import dashboard, stats
-from django_dbqueue.models import Job
+from django_dbqueue.models import Dependency, EdgeState, Job, JobState
 from tests.factories import JobFactory
 
 CHANGELIST = "/admin/django_dbqueue/job/"
+#: The health table's columns, in order.
+COLUMNS = (
+    "queue",
+    "waiting",
+    "ready",
+    "scheduled",
+    "running",
+    "expiring",
+    "dead",
+    "blocked",
+    "succeeded",
+    "oldest ready",
+)
+OLDEST = COLUMNS.index("oldest ready")
 #: The chart's clock in the geometry tests: half a minute past noon.
 NOON = datetime(2025, 3, 1, 12, 0, 30, tzinfo=dt_timezone.utc)
 
@@ -62,7 +76,7 @@ class HealthPage(HTMLParser):
         classes = values.get("class", "").split()
         if tag == "tr" and "dbqueue-queue" in classes:
             self.rows.append(HealthRow(classes))
-        elif tag == "td" and self.rows and len(self.rows[-1].cells) < 8:
+        elif tag == "td" and self.rows and len(self.rows[-1].cells) < len(COLUMNS):
             self._in_cell = True
             self.rows[-1].cells.append("")
         elif tag == "svg" and values.get("id") == "dbqueue-throughput":
@@ -113,8 +127,13 @@ class TestHealthTable:
         job(queue="mail", run_at=now + timedelta(hours=1))
         job(queue="mail", running=True, lease_until=now + timedelta(seconds=10))
         job(queue="mail", running=True, lease_until=now + timedelta(minutes=5))
-        job(queue="mail", dead=True)
+        dead = job(queue="mail", dead=True)
         job(queue="mail", cancelled=True)
+        job(queue="mail", state=JobState.WAITING, pending_dependencies=1)
+        held = job(queue="mail", cancelled=True)
+        Dependency.objects.create(
+            job=held, depends_on=dead, position=0, on_failure="cancel", state=EdgeState.FAILED
+        )
         JobFactory.create_batch(
             2, queue="mail", succeeded=True, finished_at=now - timedelta(minutes=10)
         )
@@ -126,21 +145,23 @@ class TestHealthTable:
 
         assert [row.cells[0] for row in page.rows] == ["default", "mail"]
         mail = page.row("mail").cells
-        assert mail[1:7] == ["2", "1", "2", "1", "1", "2"]
-        assert 90 <= age_seconds(mail[7]) < 150
+        assert mail[1:OLDEST] == ["1", "2", "1", "2", "1", "1", "1", "2"]
+        assert 90 <= age_seconds(mail[OLDEST]) < 150
         default = page.row("default").cells
-        assert default[1:7] == ["1", "0", "0", "0", "0", "0"]
-        assert 5 <= age_seconds(default[7]) < 65
+        assert default[1:OLDEST] == ["0", "1", "0", "0", "0", "0", "0", "0"]
+        assert 5 <= age_seconds(default[OLDEST]) < 65
 
     def test_queue_without_due_jobs_shows_no_oldest_ready_age(self, admin_client: Client) -> None:
         job(queue="mail", run_at=timezone.now() + timedelta(minutes=5))
         job(queue="mail", dead=True)
         assert health_page(admin_client).row("mail").cells[1:] == [
             "0",
+            "0",
             "1",
             "0",
             "0",
             "1",
+            "0",
             "0",
             "-",
         ]
@@ -170,7 +191,7 @@ class TestHealthTable:
         row = health_page(admin_client).row("mail")
         assert ("dbqueue-stale" in row.classes) is stale
         threshold = warning or 300
-        assert (f"\u26a0 older than {threshold}s" in row.cells[7]) is stale
+        assert (f"\u26a0 older than {threshold}s" in row.cells[OLDEST]) is stale
 
     def test_summary_is_one_query_whatever_the_number_of_queues(
         self, django_assert_num_queries: DjangoAssertNumQueries
@@ -302,14 +323,16 @@ class TestLinksAxesAndLegend:
         links = re.findall(r'<a href="([^"]+)"[^>]*>(\d+)</a>', row.group())
         base = CHANGELIST
         assert [href for href, _ in links] == [
+            f"{base}?state__exact=waiting&amp;queue__exact=mail",
             f"{base}?state__exact=ready&amp;queue__exact=mail",
             f"{base}?state__exact=ready&amp;queue__exact=mail",
             f"{base}?state__exact=running&amp;queue__exact=mail",
             f"{base}?state__exact=running&amp;queue__exact=mail",
             f"{base}?state__exact=dead&amp;queue__exact=mail",
+            f"{base}?blocked=yes&amp;queue__exact=mail",
             f"{base}?state__exact=succeeded&amp;queue__exact=mail",
         ]
-        dead_href = unescape(links[4][0])
+        dead_href = unescape(links[5][0])
         listed = admin_client.get(dead_href).context["cl"].result_list
         assert {j.pk for j in listed} == {j.pk for j in mail_dead}
 

@@ -103,6 +103,7 @@ PAGES = (
     "state__exact=dead&task__exact=shop.tasks.task_3",
     "state__exact=ready",
     "state__exact=running",
+    "state__exact=waiting",
     "queue__exact=mail",
     "task__exact=shop.tasks.task_3",
     "last_error_code__exact=KeyError",

@@ -24,6 +24,7 @@ from pytest_django.fixtures import Settings
 import django_dbqueue
 from django_dbqueue import metrics
 from django_dbqueue.metrics import WorkerCollector, prometheus_buckets, serve, worker_registry
+from django_dbqueue.models import Dependency, EdgeState, JobState
 from django_dbqueue.stats import QueueStats
 from django_dbqueue.worker.counters import Histogram, WorkerCounters
 from django_dbqueue.worker.worker import Worker, WorkerOptions
@@ -32,11 +33,13 @@ from tests.jobs import tasks
 from tests.waiting import wait_until
 
 QUEUE_GAUGES = [
+    "dbqueue_queue_waiting_jobs",
     "dbqueue_queue_ready_jobs",
     "dbqueue_queue_scheduled_jobs",
     "dbqueue_queue_running_jobs",
     "dbqueue_queue_expiring_leases",
     "dbqueue_queue_dead_jobs",
+    "dbqueue_jobs_blocked",
     "dbqueue_queue_succeeded_last_hour",
     "dbqueue_queue_oldest_ready_age_seconds",
 ]
@@ -115,9 +118,14 @@ class TestQueueMetricsView:
         JobFactory(run_at=now + timedelta(hours=1))
         JobFactory(running=True, lease_until=now + timedelta(seconds=5))
         JobFactory(running=True, lease_until=now + timedelta(minutes=5))
-        JobFactory(dead=True)
+        dead = JobFactory(dead=True)
         JobFactory(succeeded=True, finished_at=now - timedelta(minutes=1))
         JobFactory.create_batch(2, queue="mail", dead=True)
+        JobFactory.create_batch(3, state=JobState.WAITING, pending_dependencies=1)
+        held = JobFactory(cancelled=True)
+        Dependency.objects.create(
+            job=held, depends_on=dead, position=0, on_failure="cancel", state=EdgeState.FAILED
+        )
 
         response = client.get("/metrics")
 
@@ -127,11 +135,13 @@ class TestQueueMetricsView:
         assert types == dict.fromkeys(QUEUE_GAUGES, "gauge")
         default = {name: value(samples, name, queue="default") for name in QUEUE_GAUGES}
         assert default == {
+            "dbqueue_queue_waiting_jobs": 3,
             "dbqueue_queue_ready_jobs": 2,
             "dbqueue_queue_scheduled_jobs": 1,
             "dbqueue_queue_running_jobs": 2,
             "dbqueue_queue_expiring_leases": 1,
             "dbqueue_queue_dead_jobs": 1,
+            "dbqueue_jobs_blocked": 1,
             "dbqueue_queue_succeeded_last_hour": 1,
             "dbqueue_queue_oldest_ready_age_seconds": pytest.approx(600, abs=30),
         }

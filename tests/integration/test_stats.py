@@ -19,6 +19,7 @@ from pytest_django.fixtures import Settings
 from django_dbqueue import stats as stats_module
 from django_dbqueue.management.commands import dbqueue_stats
 from django_dbqueue.management.commands.dbqueue_stats import humanise
+from django_dbqueue.models import Dependency, EdgeState, Job, JobState
 from django_dbqueue.stats import as_json, queue_stats
 from tests.factories import JobFactory
 
@@ -27,20 +28,24 @@ pytestmark = pytest.mark.django_db
 EXPECTED = {
     "queues": {
         "default": {
+            "waiting": 2,
             "ready": 2,
             "scheduled": 1,
             "running": 2,
             "expiring": 1,
             "dead": 1,
+            "blocked": 1,
             "succeeded_last_hour": 1,
             "oldest_ready_age_seconds": 600.0,
         },
         "mail": {
+            "waiting": 0,
             "ready": 1,
             "scheduled": 0,
             "running": 0,
             "expiring": 0,
             "dead": 2,
+            "blocked": 0,
             "succeeded_last_hour": 1,
             "oldest_ready_age_seconds": 30.0,
         },
@@ -65,15 +70,27 @@ def mixed_queues(frozen_now: datetime) -> datetime:
     JobFactory(run_at=now + timedelta(hours=1))  # scheduled
     JobFactory(running=True, lease_until=now + timedelta(seconds=10))  # expiring
     JobFactory(running=True, lease_until=now + timedelta(minutes=5))  # running, not expiring
-    JobFactory(dead=True)
+    dead = JobFactory(dead=True)
     JobFactory(succeeded=True, finished_at=now - timedelta(minutes=5))
     JobFactory(succeeded=True, finished_at=now - timedelta(hours=2))  # outside the hour
     JobFactory(cancelled=True)  # counted nowhere
+    JobFactory.create_batch(2, state=JobState.WAITING, pending_dependencies=1)  # waiting
+    held_by(JobFactory(cancelled=True), dead, dead)  # blocked, once for its two failed edges
+    held_by(JobFactory(queue="mail", cancelled=True), dead, state=EdgeState.PENDING)  # not blocked
     JobFactory(queue="mail", run_at=now - timedelta(seconds=30))
     JobFactory.create_batch(2, queue="mail", dead=True)
     JobFactory(queue="mail", succeeded=True, finished_at=now - timedelta(minutes=30))
     JobFactory(queue="old", succeeded=True, finished_at=now - timedelta(days=1))  # not listed
     return now
+
+
+def held_by(job: Job, *dependencies: Job, state: str = EdgeState.FAILED) -> Job:
+    """``job`` with one edge in ``state`` to each of ``dependencies`` (as ``after=`` writes)."""
+    Dependency.objects.bulk_create(
+        Dependency(job=job, depends_on=each, position=n, on_failure="cancel", state=state)
+        for n, each in enumerate(dependencies)
+    )
+    return job
 
 
 def run(*args: str) -> str:
@@ -82,10 +99,23 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
+#: The numeric columns of the table, in order (then the oldest ready job's age).
+NUMBERS = (
+    "waiting",
+    "ready",
+    "scheduled",
+    "running",
+    "expiring",
+    "dead",
+    "blocked",
+    "succeeded_last_hour",
+)
+
+
 def table_rows(output: str) -> dict[str, list[str]]:
     """The first table's rows by queue name, as cells (the ``!`` marker is its own cell)."""
     header, *lines = output.strip().splitlines()
-    assert header.split()[:2] == ["queue", "ready"]
+    assert header.split()[:3] == ["queue", "waiting", "ready"]
     rows: dict[str, list[str]] = {}
     for line in lines:
         if not line.strip() or line.startswith(f"{dbqueue_stats.STALE} "):
@@ -104,14 +134,11 @@ def test_table_rows_show_the_same_numbers_as_json(mixed_queues: datetime) -> Non
     queues = json.loads(run("--json"))["queues"]
     assert set(rows) == set(queues) == {"default", "mail"}
     for name, values in queues.items():
-        numbers = [
-            values[key]
-            for key in ("ready", "scheduled", "running", "expiring", "dead", "succeeded_last_hour")
-        ]
-        assert rows[name][:6] == [str(number) for number in numbers]
-        assert rows[name][6] == humanise(values["oldest_ready_age_seconds"])
-    assert rows["default"][6] == "10m00s"
-    assert rows["mail"][6] == "30s"
+        numbers = [values[key] for key in NUMBERS]
+        assert rows[name][:8] == [str(number) for number in numbers]
+        assert rows[name][8] == humanise(values["oldest_ready_age_seconds"])
+    assert rows["default"][8] == "10m00s"
+    assert rows["mail"][8] == "30s"
 
 
 def test_stale_marker_flags_only_queues_whose_oldest_ready_job_passed_the_warning(
@@ -120,8 +147,8 @@ def test_stale_marker_flags_only_queues_whose_oldest_ready_job_passed_the_warnin
     settings.DBQUEUE = {"OLDEST_READY_WARNING": 300}
     output = run()
     rows = table_rows(output)
-    assert rows["default"][7:] == ["!"]  # 10 minutes > 5 minutes
-    assert rows["mail"][7:] == []  # 30 seconds
+    assert rows["default"][9:] == ["!"]  # 10 minutes > 5 minutes
+    assert rows["mail"][9:] == []  # 30 seconds
     assert "! the oldest ready job has waited longer than OLDEST_READY_WARNING (5m00s)" in output
 
 
@@ -131,17 +158,19 @@ def test_no_stale_marker_or_footnote_below_the_warning(
     settings.DBQUEUE = {"OLDEST_READY_WARNING": 3600}
     output = run()
     assert "!" not in output
-    assert all(len(cells) == 7 for cells in table_rows(output).values())
+    assert all(len(cells) == 9 for cells in table_rows(output).values())
 
 
 def test_queue_without_due_jobs_shows_a_dash_for_oldest_age(frozen_now: datetime) -> None:
     JobFactory(queue="later", run_at=frozen_now + timedelta(minutes=5))
-    assert table_rows(run())["later"] == ["0", "1", "0", "0", "0", "0", "-"]
+    assert table_rows(run())["later"] == ["0", "0", "1", "0", "0", "0", "0", "0", "-"]
     assert json.loads(run("--json"))["queues"]["later"]["oldest_ready_age_seconds"] is None
 
 
 def test_empty_database_prints_a_friendly_line_and_empty_json() -> None:
-    assert run().strip() == "No queue has ready, running, dead or recently succeeded jobs."
+    assert run().strip() == (
+        "No queue has waiting, ready, running, dead, blocked or recently succeeded jobs."
+    )
     assert json.loads(run("--json")) == {"queues": {}}
 
 
@@ -191,7 +220,7 @@ def test_watch_redraws_with_fresh_numbers_until_ctrl_c(
     assert naps == [2.5, 2.5]
     assert len(frames) == 2
     assert set(table_rows(frames[0])) == {"default", "mail"}
-    assert table_rows(frames[1])["late"][:5] == ["0", "0", "0", "0", "1"]
+    assert table_rows(frames[1])["late"][:6] == ["0", "0", "0", "0", "0", "1"]
     assert "\x1b[2J" not in output  # not a terminal: no screen clearing
 
 
@@ -230,8 +259,11 @@ def test_queue_stats_is_one_query_whatever_the_number_of_queues(
     for index in range(queues):
         JobFactory(queue=f"q{index}")
         JobFactory(queue=f"q{index}", running=True)
-        JobFactory(queue=f"q{index}", dead=True)
+        dead = JobFactory(queue=f"q{index}", dead=True)
         JobFactory(queue=f"q{index}", succeeded=True, finished_at=now)
+        JobFactory(queue=f"q{index}", state=JobState.WAITING, pending_dependencies=1)
+        held_by(JobFactory(queue=f"q{index}", cancelled=True), dead)
     with django_assert_num_queries(1):
         stats = queue_stats()
     assert len(stats) == queues
+    assert {(queue.waiting, queue.blocked) for queue in stats.values()} == {(1, 1)}

@@ -118,3 +118,18 @@ def held(*, fail: bool = False) -> None:
 
 def plain_function() -> None:
     """Not a task: a job naming it dies with TASK_NOT_FOUND."""
+
+
+@task
+def echo(value: Any) -> Any:
+    """Return ``value``: a step whose result the next step reads."""
+    CALLS.append(("echo", value))
+    return value
+
+
+@task(takes_context=True)
+def collect(context: JobContext) -> list[Any]:
+    """Return the results of the jobs this one waited for (``context.dependency_results``)."""
+    results = context.dependency_results
+    CALLS.append(("collect", len(results)))
+    return results

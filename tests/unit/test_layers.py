@@ -20,6 +20,7 @@ MODEL = {"models", "collation"}
 PROTOCOL = {
     "clock",
     "conf",
+    "dependencies",
     "durations",
     "errors",
     "exceptions",
@@ -34,7 +35,17 @@ PROTOCOL = {
     "sql.rows",
     "validation",
 }
-FACE = {"", "arguments", "context", "enqueue", "middleware", "registry", "tasks", "wakeups"}
+FACE = {
+    "",
+    "arguments",
+    "context",
+    "enqueue",
+    "middleware",
+    "registry",
+    "tasks",
+    "wakeups",
+    "workflows",
+}
 #: The ``django.tasks`` backend, beside the face; its system checks live in ``checks``.
 TASKS_BACKEND = {"backend", "checks"}
 OPERATIONS = {"admin", "dashboard", "listing", "metrics", "search", "stats", "triage"}

@@ -19,6 +19,8 @@ PUBLIC_NAMES = {
     "Job": "django_dbqueue.models",
     "JobState": "django_dbqueue.models",
     "JobContext": "django_dbqueue.context",
+    "chain": "django_dbqueue.workflows",
+    "group": "django_dbqueue.workflows",
 }
 PROTOCOL = ("claim", "renew", "complete", "fail", "release", "reap", "requeue", "cancel")
 
