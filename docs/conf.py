@@ -68,14 +68,14 @@ nitpick_ignore_regex = [
         r"(django|datetime|collections|typing|threading|asyncio|contextlib|enum|types|"
         r"decimal|uuid|logging|prometheus_client|sentry_sdk|psycopg|argparse|pathlib)(\..*)?",
     ),
-    (r"py:.*", r"(inspect|random|django_tasks)(\..*)?"),
+    (r"py:.*", r"(inspect|random|abc|django_tasks)(\..*)?"),
     # Type variables, and internal types the public signatures name but the reference
     # does not document (they are not part of the API).
     (r"py:.*", r"(~?P|P\.args|P\.kwargs|django_dbqueue\.\w+\.[PRT])"),
     (
         r"py:.*",
         r"(django_dbqueue\.\w+\.)?(TaskOptions|Callee|EnqueueOptions|Enqueueable|TaskDefaults|"
-        r"OneCall|Renewer|(progress\.)?Poster|ErrorInfo|TaskResult|AttemptCall|timedelta|models\.Model)",
+        r"OneCall|Renewer|(progress\.)?Poster|ErrorInfo|TaskResult|AttemptCall|timedelta|(models\.)?Model)",
     ),
     (r"py:.*", r"(Any|Callable|Iterable|Iterator|Sequence|Mapping|P|R|T|Self|NoneType)"),
     (r"py:.*", r"(int|str|float|bool|bytes|object|dict|list|tuple|set|frozenset|type)"),
