@@ -261,3 +261,52 @@ def test_migration_0009_makes_an_existing_mysql_table_compare_keys_exactly(
     cursor.execute("SELECT dedupe_key FROM dbqueue_job ORDER BY id")
     assert [key for (key,) in cursor.fetchall()] == ["invoice:ABC", "invoice:abc", "invoice:abc "]
     table.close()
+
+
+@pytest.mark.postgresql
+def test_migration_0016_can_be_reversed_and_applied_again(database_url: str) -> None:
+    finished(migrate(database_url))
+    finished(migrate(database_url, "django_dbqueue", "0015"))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        function = observer.execute("SELECT to_regprocedure('dbqueue_awaited(bigint)')").fetchone()
+        tables = observer.execute("SELECT to_regclass('dbqueue_dependency')").fetchone()
+        dedupe = observer.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'dbqueue_job_active_dedupe'"
+        ).fetchone()
+    assert function == (None,)
+    assert tables == (None,)
+    assert dedupe is not None
+    assert "waiting" not in dedupe[0]
+    finished(migrate(database_url))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        awaited = observer.execute("SELECT dbqueue_awaited(1)").fetchone()
+    assert awaited == (False,)
+
+
+@pytest.mark.mysql
+def test_migration_0016_makes_a_waiting_mysql_job_hold_its_dedupe_key_and_reverses(
+    mysql_database_url: str,
+) -> None:
+    import MySQLdb  # the driver is installed only where the MySQL tests run
+
+    finished(migrate(mysql_database_url))
+    name = mysql_database_url.rsplit("/", 1)[1]
+    settings = connection.settings_dict
+    table = MySQLdb.connect(
+        host=settings["HOST"],
+        port=int(settings["PORT"]),
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        database=name,
+        autocommit=True,
+        charset="utf8mb4",
+    )
+    table.cursor().execute(INSERT_KEYED_JOB_MYSQL, ["report"])
+    table.cursor().execute("UPDATE dbqueue_job SET state = 'waiting', pending_dependencies = 1")
+    with pytest.raises(MySQLdb.IntegrityError):  # the waiting job holds the key
+        table.cursor().execute(INSERT_KEYED_JOB_MYSQL, ["report"])
+    table.cursor().execute("UPDATE dbqueue_job SET state = 'ready', pending_dependencies = 0")
+    table.close()
+
+    finished(migrate(mysql_database_url, "django_dbqueue", "0015"))
+    finished(migrate(mysql_database_url))
