@@ -686,7 +686,9 @@ FROM jsonb_to_recordset(%(rows)s::jsonb)
 -- The jobs in %(finished)s (JSON [{id, failed}]) have just finished, failed meaning dead or
 -- cancelled: settle their pending edges, resolved, or failed where a failure cancels the
 -- dependent. Returns, per dependent (in id order), how many edges were resolved and the
--- lowest dependency among those that failed (NULL: none).
+-- lowest dependency among those that failed (NULL: none). The edges are reached from the
+-- ids (= ANY) through dbqueue_dependency_on: a join planned on a guess of the JSON's size
+-- reads the whole edge table.
 WITH finished AS (
     SELECT * FROM jsonb_to_recordset(%(finished)s::jsonb) AS f(id bigint, failed boolean)
 ),
@@ -694,7 +696,8 @@ marked AS (
     UPDATE dbqueue_dependency e
     SET state = CASE WHEN f.failed AND e.on_failure = 'cancel' THEN 'failed' ELSE 'resolved' END
     FROM finished f
-    WHERE e.depends_on_id = f.id AND e.state = 'pending'
+    WHERE e.depends_on_id = ANY (ARRAY(SELECT id FROM finished))
+      AND e.depends_on_id = f.id AND e.state = 'pending'
     RETURNING e.job_id, e.state, e.depends_on_id
 )
 SELECT job_id, count(*) FILTER (WHERE state = 'resolved') AS resolved,
@@ -736,7 +739,8 @@ FOR UPDATE;
 -- state, code, last_error, errors}]: pending count lowered by resolved; the state; the
 -- error fields, unchanged where null). finished_at follows the state: cleared when it is
 -- waiting or ready, stamped when it becomes terminal. Listeners on %(channel)s hear of the
--- queues of the jobs made ready, at commit. Returns each job's id, state and queue.
+-- queues of the jobs made ready, at commit. Returns each job's id, state and queue. The
+-- rows are reached from the ids (= ANY) by primary key, not by a join planned on a guess.
 WITH settled AS (
     UPDATE dbqueue_job j
     SET pending_dependencies = j.pending_dependencies - r.resolved,
@@ -750,7 +754,10 @@ WITH settled AS (
     FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
         id bigint, resolved integer, state text, code text, last_error text, errors jsonb
     )
-    WHERE j.id = r.id
+    WHERE j.id = ANY (ARRAY(
+        SELECT (value ->> 'id')::bigint FROM jsonb_array_elements(%(rows)s::jsonb)
+    ))
+      AND j.id = r.id
     RETURNING j.id, j.state, j.queue
 )
 SELECT id, state, queue,

@@ -68,12 +68,12 @@ def top_node(plan: str) -> dict[str, Any]:
     return top
 
 
-def scanned_relations(plan: str | dict[str, Any]) -> set[str]:
-    """Every relation the plan (or the plan node) reads from the job table, index or table."""
+def scanned_relations(plan: str | dict[str, Any], table: str = "dbqueue_job") -> set[str]:
+    """Every relation the plan (or the plan node) reads from ``table``, index or table."""
     return {
         f"{node['Node Type']}:{node.get('Index Name', node.get('Relation Name'))}"
         for node in plan_nodes(top_node(plan) if isinstance(plan, str) else plan)
-        if node.get("Relation Name") == "dbqueue_job"
+        if node.get("Relation Name") == table
     }
 
 
@@ -169,6 +169,8 @@ PARAMETER_TYPES = {
     "rows": "text",
     "leases": "text",
     "settles": "boolean",
+    "finished": "text",
+    "channel": "text",
 }
 EXAMPLES = {
     "claim": leases.claim_params(None, "w1", 10),
@@ -207,6 +209,45 @@ def generic_plan(name: str, example: dict[str, object] | None = None, analyze: b
         (plan,) = cursor.fetchone()
         cursor.execute(f"DEALLOCATE generic_{name}")
     return json.dumps(plan)
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db
+def test_settling_reaches_edges_and_dependents_by_index_at_any_table_size() -> None:
+    """A settling costs the edges it settles, not the edge table (a group's 10,000 edges)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,
+                attempts, max_attempts, lease_token, lease_seconds, created_at,
+                last_error_code, last_error, errors)
+            SELECT 'default', 'tests.jobs.tasks.noop', '[]', '{}', 'ready', 0, now(), 0, 5, 0,
+                60, now(), '', '', '[]'
+            FROM generate_series(1, 3000)
+            """
+        )
+        cursor.execute(
+            """
+            INSERT INTO dbqueue_dependency (job_id, depends_on_id, position, on_failure, state)
+            SELECT max(id) OVER (), id, row_number() OVER (ORDER BY id), 'cancel', 'pending'
+            FROM dbqueue_job
+            """
+        )
+        cursor.execute("ANALYZE dbqueue_job")
+        cursor.execute("ANALYZE dbqueue_dependency")
+    one_edge = {"finished": '[{"id": 1, "failed": false}]'}
+    one_row = {
+        "rows": '[{"id": 1, "resolved": 1, "state": "ready", "code": null, '
+        '"last_error": null, "errors": null}]',
+        "channel": "dbqueue",
+    }
+    edges = scanned_relations(generic_plan("settle_edges", one_edge), "dbqueue_dependency")
+    dependents = scanned_relations(generic_plan("update_dependents", one_row))
+
+    assert "Index Scan:dbqueue_dependency_on" in edges, edges
+    assert "Index Scan:dbqueue_job_pkey" in dependents, dependents
+    for scans in (edges, dependents):
+        assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
 
 # Last in the file: its backlog, rolled back, leaves the table bloated for the plans above.
