@@ -142,8 +142,8 @@ def migrate() -> None:
 
 
 def reset(conn: Connection) -> None:
-    """Empty the job and business tables."""
-    conn.execute("TRUNCATE dbqueue_job, testapp_order")
+    """Empty the job, workflow edge and business tables."""
+    conn.execute("TRUNCATE dbqueue_job, dbqueue_dependency, testapp_order")
 
 
 def seed(conn: Connection, count: int, *, succeeded: bool = False) -> Ids:
@@ -188,9 +188,9 @@ def slow_down(conn: Connection, ids: Ids, shortest: float, longest: float) -> No
     conn.execute(SLOWED_DOWN, params)
 
 
-def vacuum(conn: Connection) -> None:
+def vacuum(conn: Connection, table: str = TABLE) -> None:
     """Settle the table after seeding: planner statistics and the visibility map."""
-    conn.execute("VACUUM (ANALYZE) dbqueue_job")
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
 
 
 def span(conn: Connection, ids: Ids) -> Span:

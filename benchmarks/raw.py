@@ -129,7 +129,9 @@ def complete(conn: Connection, claimed: list[tuple[Any, ...]]) -> None:
         {"job_id": row[0], "lease_token": row[1], "worker_id": WORKER_ID, "result": None}
         for row in claimed
     ]
-    conn.execute(statements("postgresql")["complete"], {"rows": json.dumps(rows)}).fetchall()
+    conn.execute(
+        statements("postgresql")["complete"], {"rows": json.dumps(rows), "settles": False}
+    ).fetchall()
 
 
 def claim_and_complete(conn: Connection, batch: int) -> int:

@@ -25,6 +25,10 @@ class Sizes:
     #: by about 0.1 s of CPU per process, 50 us for each of 2,000 jobs).
     compare_jobs: int = 20_000
     latency_samples: int = 200
+    #: Members of the group whose fan-in drain (one callback) is set against a plain drain.
+    fan_in_jobs: int = 10_000
+    #: Steps of the chain whose hand-offs are timed.
+    chain_steps: int = 1_000
     #: Jobs scheduled 1 s ahead, and retries 1 s after their first attempt, one at a time.
     lateness_samples: int = 24
     #: Jobs of 50-150 ms each (a remote call, say) drained by 1 x 32 threads.
@@ -49,6 +53,8 @@ QUICK = Sizes(
     drain_jobs=2_000,
     compare_jobs=10_000,
     latency_samples=20,
+    fan_in_jobs=1_000,
+    chain_steps=50,
     lateness_samples=3,
     slow_jobs=200,
     backlog_finished=50_000,

@@ -30,6 +30,7 @@ from benchmarks import (
     memory,
     pooler,
     purge_backlog,
+    workflows,
 )
 from benchmarks.results import Results
 from benchmarks.session import Session
@@ -37,12 +38,15 @@ from benchmarks.sizes import Sizes
 from benchmarks.workers import ROOT
 
 #: In this order: the in-process and raw figures first, the long drains, then the admin pages
-#: on big tables (they rebuild the job table).
+#: on big tables (they rebuild the job table). The workflow steps follow the drains and the
+#: pickup latency they are read against.
 STEPS = (
     enqueue.run,
     drain.run_raw,
     drain.run,
     latency.run,
+    workflows.run_fan_in,
+    workflows.run_chain,
     lateness.run,
     drain.run_backlog,
     drain.run_slow_jobs,

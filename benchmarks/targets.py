@@ -1,4 +1,5 @@
-"""The performance targets of issues 7 (item 3) and 16, each judged against one run's figures."""
+"""The performance targets of issues 7 (item 3), 16 and 27, each judged against one run's
+figures."""
 
 from __future__ import annotations
 
@@ -74,6 +75,14 @@ TARGETS = (
         ("drain_2x32",),
         at_least=0.95,
     ),
+    # Issue 27: fan-in must not serialise completions; a chain hands off at pickup speed.
+    Target(
+        "workflow_drain_fan_in",
+        "≥ 70% of plain drain (same run)",
+        ("workflow_drain_plain",),
+        at_least=0.70,
+    ),
+    Target("workflow_chain_handoff_p50", "≤ 5 ms", at_most=5.0),
     # Issue 16, measured only with --compare pgqueuer.
     Target("compare_drain_ours", "≥ 1.0x pgqueuer", ("compare_drain_pgqueuer",), at_least=1.0),
     Target("compare_drain_ours", "≥ 45% of raw batch 50", ("compare_drain_raw",), at_least=0.45),
