@@ -22,17 +22,14 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 
 from django_dbqueue import conf
-from django_dbqueue.enqueue import EnqueueOptions, enqueue
+from django_dbqueue.enqueue import Enqueueable, EnqueueOptions, enqueue
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import Job
-
-if TYPE_CHECKING:
-    from django_dbqueue.tasks import Task
 
 #: Most jobs one INSERT of a group writes.
 CHUNK = 1000
@@ -74,7 +71,7 @@ class Part(ABC):
 class Step(Part):
     """One call of a task, with its enqueue options, not written yet (``Task.step``)."""
 
-    task: Task[..., Any]
+    task: Enqueueable
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: EnqueueOptions = field(default_factory=EnqueueOptions)
