@@ -241,32 +241,37 @@ class WorkflowFilter(LinkedJobsFilter):
         return [int(row["id"]) for row in rows]
 
 
-class DependenciesFilter(LinkedJobsFilter):
+class EdgeFilter(LinkedJobsFilter):
+    """The jobs at the other end of the job's edges one way: the edges whose ``near`` column
+    is the job, read through the index that leads with it, give the ``far`` column."""
+
+    near = ""
+    far = ""
+
+    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
+        edges = Dependency.objects.using(alias).filter(**{self.near: job_id})
+        ids = edges.order_by(self.far).values_list(self.far, flat=True)
+        return list(ids.distinct()[:limit])
+
+
+class DependenciesFilter(EdgeFilter):
     """``?depended_on_by=<job id>``: the jobs that job waits for (its ``after=``), through the
     edges' ``(job, position)`` index."""
 
     title = "dependencies"
     parameter_name = "depended_on_by"
     too_many = "Job {} depends on more than {limit:,} jobs"
-
-    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
-        edges = Dependency.objects.using(alias).filter(job_id=job_id)
-        ids = edges.order_by("depends_on_id").values_list("depends_on_id", flat=True)
-        return list(ids.distinct()[:limit])
+    near, far = "job_id", "depends_on_id"
 
 
-class DependentsFilter(LinkedJobsFilter):
+class DependentsFilter(EdgeFilter):
     """``?depends_on=<job id>``: the jobs waiting for that job (or that waited), through the
     edges' ``(depends_on, job)`` index."""
 
     title = "dependents"
     parameter_name = "depends_on"
     too_many = "More than {limit:,} jobs depend on job {}"
-
-    def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:
-        edges = Dependency.objects.using(alias).filter(depends_on_id=job_id)
-        ids = edges.order_by("job_id").values_list("job_id", flat=True)
-        return list(ids.distinct()[:limit])
+    near, far = "depends_on_id", "job_id"
 
 
 #: The query string parameters of the linked-jobs filters.

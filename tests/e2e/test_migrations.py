@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from datetime import timezone as dt_timezone
+from typing import Any
 
 import psycopg
 import pytest
@@ -230,6 +231,22 @@ def mysql_database_url() -> Iterator[str]:
         admin.close()
 
 
+def connect_mysql(url: str) -> Any:
+    """An autocommit connection to the database ``url`` names, on the test server."""
+    import MySQLdb  # the driver is installed only where the MySQL tests run
+
+    settings = connection.settings_dict
+    return MySQLdb.connect(
+        host=settings["HOST"],
+        port=int(settings["PORT"]),
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        database=url.rsplit("/", 1)[1],
+        autocommit=True,
+        charset="utf8mb4",
+    )
+
+
 @pytest.mark.mysql
 def test_migration_0009_makes_an_existing_mysql_table_compare_keys_exactly(
     mysql_database_url: str,
@@ -237,17 +254,7 @@ def test_migration_0009_makes_an_existing_mysql_table_compare_keys_exactly(
     import MySQLdb  # the driver is installed only where the MySQL tests run
 
     finished(migrate(mysql_database_url, "django_dbqueue", "0008"))
-    name = mysql_database_url.rsplit("/", 1)[1]
-    settings = connection.settings_dict
-    table = MySQLdb.connect(
-        host=settings["HOST"],
-        port=int(settings["PORT"]),
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        database=name,
-        autocommit=True,
-        charset="utf8mb4",
-    )
+    table = connect_mysql(mysql_database_url)
     insert = INSERT_KEYED_JOB_MYSQL
     table.cursor().execute(insert, ["invoice:ABC"])
     with pytest.raises(MySQLdb.IntegrityError):  # the loose default: one key to the server
@@ -290,17 +297,7 @@ def test_migration_0016_makes_a_waiting_mysql_job_hold_its_dedupe_key_and_revers
     import MySQLdb  # the driver is installed only where the MySQL tests run
 
     finished(migrate(mysql_database_url))
-    name = mysql_database_url.rsplit("/", 1)[1]
-    settings = connection.settings_dict
-    table = MySQLdb.connect(
-        host=settings["HOST"],
-        port=int(settings["PORT"]),
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        database=name,
-        autocommit=True,
-        charset="utf8mb4",
-    )
+    table = connect_mysql(mysql_database_url)
     table.cursor().execute(INSERT_KEYED_JOB_MYSQL, ["report"])
     table.cursor().execute("UPDATE dbqueue_job SET state = 'waiting', pending_dependencies = 1")
     with pytest.raises(MySQLdb.IntegrityError):  # the waiting job holds the key
