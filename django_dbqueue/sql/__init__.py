@@ -36,7 +36,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -192,19 +192,22 @@ def write_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
         with transaction.atomic(using=connection.alias):
             yield
         return
-    _begin_immediate(connection)
+    # The thread's wrapper itself, also when given django.db.connection (a proxy to it).
+    wrapper = connections[connection.alias]
     callbacks: list[Callable[[], object]] = []
-    _after_commit[connection] = callbacks
+    _after_commit[wrapper] = callbacks
     try:
-        yield
-    except BaseException:
+        _begin_immediate(connection)
+        try:
+            yield
+        except BaseException:
+            with connection.cursor() as cursor:
+                cursor.execute("ROLLBACK")
+            raise
         with connection.cursor() as cursor:
-            cursor.execute("ROLLBACK")
-        raise
+            cursor.execute("COMMIT")
     finally:
-        del _after_commit[connection]
-    with connection.cursor() as cursor:
-        cursor.execute("COMMIT")
+        del _after_commit[wrapper]
     for callback in callbacks:
         callback()
 
@@ -224,7 +227,8 @@ def on_commit(connection: BaseDatabaseWrapper, callback: Callable[[], object]) -
     Django would run it at once, inside the transaction): it runs after that
     ``COMMIT``, and never after a rollback.
     """
-    pending = None if connection.in_atomic_block else _after_commit.get(connection)
+    wrapper = connections[connection.alias]
+    pending = None if connection.in_atomic_block else _after_commit.get(wrapper)
     if pending is None:
         transaction.on_commit(callback, using=connection.alias)
     else:
