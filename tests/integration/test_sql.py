@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import OperationalError, connection
 
-from django_dbqueue import leases
+from django_dbqueue import leases, sql
 from tests.jobs import tasks
 
 
@@ -57,3 +57,26 @@ def test_claim_gives_up_when_the_lock_outlasts_every_retry(
     finally:
         other_writer.execute("COMMIT")
     assert len(leases.claim(None, "w1", 1)) == 1
+
+
+@pytest.mark.sqlite
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_in_sqlites_own_transaction_runs_after_commit_never_after_rollback() -> None:
+    """``write_transaction``'s BEGIN IMMEDIATE is no Django transaction: Django's own
+    ``on_commit`` would run at once, inside it. Given ``django.db.connection`` (a proxy)."""
+    ran: list[str] = []
+    with sql.write_transaction(connection):
+        sql.on_commit(connection, lambda: ran.append("committed"))
+        assert ran == []
+    assert ran == ["committed"]
+
+    def rolled_back() -> None:
+        with sql.write_transaction(connection):
+            sql.on_commit(connection, lambda: ran.append("rolled back"))
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        rolled_back()
+    assert ran == ["committed"]
+    with sql.write_transaction(connection):  # the connection is usable: nothing left open
+        pass
