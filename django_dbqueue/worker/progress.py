@@ -10,7 +10,10 @@ replaces it); one whose lease the write found lost sets the job's
 ``lease_lost``, so the task's next ``set_progress`` raises ``LeaseLost``.
 When an attempt ends, its job thread takes the newest report not known to be
 written (``unwritten``) and writes it before the outcome; the board forgets
-the job then, and drops whatever else of jobs that left the worker.
+the job then, and drops whatever else of jobs that left the worker. The job
+thread first waits for a write of that job already taken by the heartbeat:
+that write may carry an older report, and landing after the last one it
+would leave the finished job showing it (949 of 1000).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ class ProgressBoard:
         self._wake = wake
         self._pacers: dict[_Key, tuple[leases.Lease, progress.Pacer]] = {}
         self._lock = threading.Lock()
+        #: The jobs whose reports the heartbeat has taken and not finished writing.
+        self._writing: set[_Key] = set()
+        #: Notified when a write of the heartbeat has finished.
+        self._written = threading.Condition(self._lock)
 
     def post(self, lease: leases.Lease, report: progress.Progress) -> bool:
         """Keep ``report`` as the job's newest; the heartbeat writes it at its turn.
@@ -46,7 +53,7 @@ class ProgressBoard:
         shorten its sleep to the report's turn. Always ``True``: a lost lease
         is learned from the write, later (``lease_lost``).
         """
-        key = (lease.job_id, lease.lease_token)
+        key = self._key(lease)
         with self._lock:
             _, pacer = self._pacers.setdefault(key, (lease, progress.Pacer()))
             was_waiting = pacer.waiting is not None
@@ -57,10 +64,18 @@ class ProgressBoard:
 
     def unwritten(self, lease: leases.Lease) -> progress.Progress | None:
         """The attempt is over: its newest report not known to be written, and the job
-        forgotten. A write of that report in flight on the heartbeat may land too; it
-        stores the same values, or is refused once the outcome is written."""
-        with self._lock:
-            entry = self._pacers.pop((lease.job_id, lease.lease_token), None)
+        forgotten, so the heartbeat writes nothing more of it.
+
+        Waits first for the heartbeat's write of this job in flight, if any (one
+        short statement that never waits for a row lock): a report it took
+        before the task's last ones must land before them, never after. Waits
+        at most the lease's length; a heartbeat stuck that long has cost the
+        lease, and the outcome's fenced write says so.
+        """
+        key = self._key(lease)
+        with self._written:
+            self._written.wait_for(lambda: key not in self._writing, lease.lease_seconds)
+            entry = self._pacers.pop(key, None)
             return None if entry is None else entry[1].unwritten()
 
     def next_turn(self) -> float:
@@ -81,11 +96,16 @@ class ProgressBoard:
         due = self._taken(time.monotonic())
         if not due:
             return
-        written = progress.write(due)
+        try:
+            written = progress.write(due)
+        finally:
+            with self._written:
+                self._writing.difference_update(self._key(lease) for lease, _ in due)
+                self._written.notify_all()
         lost = self._unsettled([lease for lease, _ in due if lease.job_id in written.missed])
         with self._lock:
             for lease, report in due:
-                entry = self._pacers.get((lease.job_id, lease.lease_token))
+                entry = self._pacers.get(self._key(lease))
                 if entry is None:
                     continue
                 if lease.job_id in written.written:
@@ -102,7 +122,8 @@ class ProgressBoard:
                 self.counters.add("leases_lost")
 
     def _taken(self, now: float) -> list[tuple[leases.Lease, progress.Progress]]:
-        """The reports due now, taken out; the pacers of jobs no longer live are dropped."""
+        """The reports due now, taken out and marked being written; the pacers of jobs no
+        longer live are dropped."""
         live = {(job.lease.job_id, job.lease.lease_token) for job in self.live.all()}
         due = []
         with self._lock:
@@ -112,7 +133,12 @@ class ProgressBoard:
                 report = pacer.take(now)
                 if report is not None:
                     due.append((lease, report))
+            self._writing.update(self._key(lease) for lease, _ in due)
         return due
+
+    @staticmethod
+    def _key(lease: leases.Lease) -> _Key:
+        return (lease.job_id, lease.lease_token)
 
     @staticmethod
     def _unsettled(missed: list[leases.Lease]) -> list[leases.Lease]:

@@ -26,10 +26,12 @@ from django_dbqueue.worker.counters import WorkerCounters
 from django_dbqueue.worker.heartbeat import Heartbeat
 from django_dbqueue.worker.live import LiveJobs
 from tests.integration.test_leases import (
+    WAIT,
     claim_one,
     expire,
     finishes_without_waiting,
     row_locked_elsewhere,
+    run_in_thread,
 )
 from tests.integration.test_worker import row_is_locked
 from tests.jobs import tasks
@@ -249,27 +251,48 @@ def tight_loop(context: JobContext) -> None:
 
 
 @contextmanager
-def heartbeat_counting_writes(live: LiveJobs) -> Iterator[tuple[Heartbeat, list[str]]]:
-    """A running heartbeat whose connection (made on its thread) counts its progress writes."""
-    writes: list[str] = []
+def heartbeat_wrapped(live: LiveJobs, wrapper: Callable[..., Any]) -> Iterator[Heartbeat]:
+    """A running heartbeat whose connection (made on its thread) runs its statements through
+    the execute wrapper ``wrapper``."""
     threads: list[int] = []
 
-    def count_on_heartbeat(sender: Any, connection: Any, **_: Any) -> None:
+    def wrap_on_heartbeat(sender: Any, connection: Any, **_: Any) -> None:
         if threading.current_thread().name == "dbqueue-heartbeat":
             threads.append(threading.get_ident())
-            connection.execute_wrappers.append(counting_into(writes))
+            connection.execute_wrappers.append(wrapper)
 
-    connection_created.connect(count_on_heartbeat)
+    connection_created.connect(wrap_on_heartbeat)
     stop = threading.Event()
     heartbeat = Heartbeat(live, WorkerCounters(), stop)
     heartbeat.start()
     try:
-        yield heartbeat, writes
+        yield heartbeat
     finally:
         stop.set()
         heartbeat.close()
-        connection_created.disconnect(count_on_heartbeat)
+        connection_created.disconnect(wrap_on_heartbeat)
     assert threads, "the heartbeat never opened its connection"
+
+
+@contextmanager
+def heartbeat_counting_writes(live: LiveJobs) -> Iterator[tuple[Heartbeat, list[str]]]:
+    """A running heartbeat whose connection counts its progress writes."""
+    writes: list[str] = []
+    with heartbeat_wrapped(live, counting_into(writes)) as heartbeat:
+        yield heartbeat, writes
+
+
+class HeldWrite:
+    """An execute wrapper holding the heartbeat's first progress write until ``release``."""
+
+    def __init__(self) -> None:
+        self.sent, self.released = threading.Event(), threading.Event()
+
+    def __call__(self, execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        if PROGRESS_WRITE.search(sql) and not self.sent.is_set():
+            self.sent.set()
+            assert self.released.wait(WAIT)
+        return execute(sql, *args)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -331,6 +354,32 @@ class TestInAWorker:
                 assert not context.lease_lost.is_set()
             wait_until(lambda: stored(context.job_id), 5, "the write after the lock")
         assert stored(context.job_id)["message"] == "while locked"  # type: ignore[index]
+
+    def test_a_write_in_flight_lands_before_the_attempts_last_report(self) -> None:
+        # The heartbeat takes the first report and is held before its statement; the task
+        # reports again and its attempt ends, writing its last report as execute does. The
+        # finished job shows the last report: the held one landed before it, not after.
+        tasks.noop.enqueue()
+        live = LiveJobs()
+        held = HeldWrite()
+        with heartbeat_wrapped(live, held) as heartbeat:
+            context = JobContext(claim_one(), heartbeat.renew_now, heartbeat.progress)
+            live.add([(context, None)])
+            context.set_progress(1, 2, "first")
+            assert held.sent.wait(WAIT), "the heartbeat never wrote the first report"
+            context.set_progress(2, 2, "last")
+
+            def end_the_attempt() -> None:
+                last = context.unwritten_progress()  # None: the heartbeat wrote it meanwhile
+                if last is not None:
+                    progress.write([(context.lease, last)])
+
+            ending = run_in_thread(end_the_attempt)
+            ending.join(1.0)  # a board that does not wait has written the last report by now
+            held.released.set()
+            ending.join(WAIT)
+            assert not ending.is_alive()
+        assert stored(context.job_id)["message"] == "last"  # type: ignore[index]
 
     def test_a_report_the_write_finds_lost_makes_the_next_call_raise(self) -> None:
         stale, _ = reclaimed_by_another_worker()
