@@ -6,7 +6,8 @@ The servers' default collations (``utf8mb4_general_ci``, ``utf8mb4_0900_ai_ci``)
 compare them without case and accents, and a PAD SPACE collation (MariaDB's
 ``utf8mb4_bin``) ignores trailing spaces. The app's tables therefore use each
 server's binary NO PAD collation, byte for byte: the migration
-``mysql_exact_key_collation`` converts them, and the system check
+``mysql_exact_key_collation`` converts them (later tables are created or converted
+so by their own migration), and the system check
 ``dbqueue.E019`` refuses a table with a column that compares otherwise.
 """
 
@@ -17,8 +18,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper as MySQLDatabaseWrapper
 
-#: The app's tables, every text column of which compares exactly.
-TABLES = ("dbqueue_job", "dbqueue_periodic_slot")
 #: Binary and NO PAD: MariaDB has it since 10.2, MySQL ``utf8mb4_0900_bin`` since 8.0.17.
 MARIADB_EXACT = "utf8mb4_nopad_bin"
 MYSQL_EXACT = "utf8mb4_0900_bin"

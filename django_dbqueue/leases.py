@@ -198,8 +198,9 @@ def next_due(queues: Sequence[str] | None) -> float | None:
 
     By the database clock, from the jobs not due yet: ``None`` when there is
     none. Jobs due already are left out, since a claim just passed them by
-    (locked by another worker, or waiting behind their serial key). One
-    read, served by the ready index.
+    (locked by another worker, or waiting behind their serial key). The end
+    of a timed pause of one of ``queues`` is due too (``pauses``). One read,
+    served by the ready index.
     """
     params = {"queues": list(queues) if queues is not None else None}
     rows = sql.run(queue_connection(), "next_due", params)

@@ -507,3 +507,31 @@ class PeriodicSlot(models.Model):
     def slot(self) -> datetime:
         """``last_slot`` as an aware UTC datetime."""
         return datetime.fromtimestamp(self.last_slot, dt_timezone.utc)
+
+
+class QueuePause(models.Model):
+    """A paused queue: no worker claims its jobs while the pause is in force.
+
+    Written by ``pauses.pause`` (``dbqueue_pause``, the admin's summary), one
+    row per queue, times from the database clock; deleted by ``pauses.resume``,
+    or by the reaper once ``until`` has passed. The claim reads it: a claim
+    statement that began after the pause committed takes none of the queue's
+    jobs. ``until`` ``None``: paused until resumed.
+    """
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField()
+    until = models.DateTimeField(
+        null=True, blank=True, help_text="When the queue resumes by itself; empty: never."
+    )
+    paused_by = models.CharField(
+        max_length=150, blank=True, help_text="Who paused it: a user, or the command."
+    )
+
+    class Meta:
+        db_table = "dbqueue_queue_pause"
+
+    def __str__(self) -> str:
+        return f"{self.queue} paused" + (
+            f" until {self.until:%Y-%m-%d %H:%M:%S}" if self.until else ""
+        )

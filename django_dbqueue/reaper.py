@@ -5,7 +5,8 @@ in bounded batches, each its own short transaction, so many workers can reap
 at once (locked rows are skipped) and a large backlog never holds long locks.
 A sweep purges for a bounded time only (``PURGE_SHARE`` of the interval), so
 however many finished rows wait for deletion, expired leases are recovered
-every sweep. Only terminal rows are ever deleted, never one that a job not
+every sweep. Queue pauses whose time is up are deleted first (``pauses.sweep``), so
+the claim's plain path comes back. Only terminal rows are ever deleted, never one that a job not
 finished yet depends on (``needed_by_dependents``), and a job's dependency
 edges go with it.
 """
@@ -19,7 +20,7 @@ from datetime import timedelta
 
 from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
-from django_dbqueue import conf, leases, runnable, sql
+from django_dbqueue import conf, leases, pauses, runnable, sql
 from django_dbqueue.models import UNFINISHED_STATES, Dependency, Job, JobState, UtcNow
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,15 @@ def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
 
 
 def sweep() -> tuple[int, int]:
-    """Recover every expired lease (``reap`` batch by batch), then purge for a while.
+    """Delete the pauses that ended, recover every expired lease (``reap`` batch by batch),
+    then purge for a while.
 
     The purge stops once ``PURGE_SHARE`` of ``REAPER_INTERVAL`` is spent
     (after one batch at least), so a lease that expires during a large purge
     is recovered by the next sweep, not after the whole backlog is deleted.
     Returns ``(recovered, purged)``.
     """
+    pauses.sweep()
     recovered = 0
     while True:
         result = reap()

@@ -14,7 +14,10 @@
 
 from django.db import migrations
 
-from django_dbqueue.collation import TABLES, exact_collation
+from django_dbqueue.collation import exact_collation
+
+#: The app's tables at this migration (later tables are converted by their own migration).
+TABLES = ("dbqueue_job", "dbqueue_periodic_slot")
 
 
 def convert_to_exact_collation(apps, schema_editor):

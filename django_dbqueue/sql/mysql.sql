@@ -69,6 +69,16 @@ LIMIT %(count)s;
 -- of the ready index and the keyed candidates still ready and still first of their key
 -- (checked again once locked), and keeps the first %(limit)s of both in claim order; the
 -- others stay locked until the claim commits, a few milliseconds.
+-- A paused queue (dbqueue_queue_pause, pauses.py) is never served: the three statements
+-- leave out every queue whose pause is in force (until NULL or ahead of the clock), so its
+-- jobs are passed over in the index as those of a queue not named are, never chosen. The
+-- update checks the pause again, against started_at (@dbqueue_claimed_at, read before it),
+-- and InnoDB reads the other tables of a multi-table UPDATE with shared locks: it sees
+-- every pause committed before it began and waits for one being written (then leaves the
+-- job out), so a claim that did not see the pause's commit stamped its jobs before that
+-- commit. A row the update leaves out (paused meanwhile) is still ready, and still locked
+-- by this claim until it commits, so the last statement returns exactly the rows leased:
+-- those running.
 SELECT w.id,
        w.id = (
            SELECT e.id FROM dbqueue_job AS e FORCE INDEX (dbqueue_job_serial_active_my)
@@ -88,6 +98,10 @@ FROM (
               name VARCHAR(100) PATH '$'
           )) AS q
       ))
+      AND NOT EXISTS (
+          SELECT 1 FROM dbqueue_queue_pause AS p
+          WHERE p.queue = s.queue AND (p.until IS NULL OR p.until > UTC_TIMESTAMP(6))
+      )
     ORDER BY s.priority DESC, s.run_at, s.id
     LIMIT %(serial_window)s
 ) AS w;
@@ -112,6 +126,10 @@ WHERE h.state = 'ready' AND h.run_at <= UTC_TIMESTAMP(6)
   AND (%(queues)s IS NULL OR h.queue IN (
       SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
   ))
+  AND NOT EXISTS (
+      SELECT 1 FROM dbqueue_queue_pause AS p
+      WHERE p.queue = h.queue AND (p.until IS NULL OR p.until > UTC_TIMESTAMP(6))
+  )
   AND (
       SELECT r.id FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_serial_active_my)
       WHERE r.serial_key = h.serial_key AND r.state = 'running'
@@ -124,6 +142,10 @@ LIMIT %(limit)s;
    AND (%(queues)s IS NULL OR k.queue IN (
        SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
    ))
+   AND NOT EXISTS (
+       SELECT 1 FROM dbqueue_queue_pause AS p
+       WHERE p.queue = k.queue AND (p.until IS NULL OR p.until > UTC_TIMESTAMP(6))
+   )
  ORDER BY k.priority DESC, k.run_at, k.id
  LIMIT %(limit)s
  FOR UPDATE SKIP LOCKED)
@@ -132,6 +154,10 @@ UNION ALL
  FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS first_of_key
  STRAIGHT_JOIN dbqueue_job AS c FORCE INDEX (PRIMARY) ON c.id = first_of_key.id
  WHERE c.state = 'ready' AND c.run_at <= UTC_TIMESTAMP(6)
+   AND NOT EXISTS (
+       SELECT 1 FROM dbqueue_queue_pause AS p
+       WHERE p.queue = c.queue AND (p.until IS NULL OR p.until > UTC_TIMESTAMP(6))
+   )
    AND c.id = (
        SELECT e.id FROM dbqueue_job AS e FORCE INDEX (dbqueue_job_serial_active_my)
        WHERE e.serial_key = c.serial_key AND e.state = 'ready'
@@ -153,11 +179,16 @@ STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_token + 1,
     j.worker_id = %(worker_id)s, j.last_worker_id = %(worker_id)s,
     j.lease_until = @dbqueue_claimed_at + INTERVAL j.lease_seconds SECOND,
-    j.started_at = @dbqueue_claimed_at;
+    j.started_at = @dbqueue_claimed_at
+WHERE NOT EXISTS (
+    SELECT 1 FROM dbqueue_queue_pause AS p
+    WHERE p.queue = j.queue AND (p.until IS NULL OR p.until > @dbqueue_claimed_at)
+);
 SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
        j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta
 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
-STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
+STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+WHERE j.state = 'running';
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
@@ -183,14 +214,53 @@ STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 -- name: next_due
 -- Seconds from the database clock until the next ready job of %(queues)s (NULL: every
 -- queue) that is not due yet becomes due, or NULL when there is none (jobs already due are
--- left out: a claim just passed them by).
+-- left out: a claim just passed them by). A pause of a served queue that ends by itself
+-- (until) is due then too: its jobs are claimable from that moment.
 SET @dbqueue_now = UTC_TIMESTAMP(6);
-SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(run_at)) / 1000000.0 AS seconds
-FROM dbqueue_job
-WHERE state = 'ready' AND run_at > @dbqueue_now
-  AND (%(queues)s IS NULL OR queue IN (
-      SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
-  ));
+SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(due.at)) / 1000000.0 AS seconds
+FROM (
+    SELECT MIN(run_at) AS at FROM dbqueue_job
+    WHERE state = 'ready' AND run_at > @dbqueue_now
+      AND (%(queues)s IS NULL OR queue IN (
+          SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+      ))
+    UNION ALL
+    SELECT MIN(p.until) FROM dbqueue_queue_pause AS p
+    WHERE p.until > @dbqueue_now
+      AND (%(queues)s IS NULL OR p.queue IN (
+          SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+      ))
+) AS due;
+
+-- name: pause_queues
+-- Pause the queues of %(queues)s (a JSON array of names): from this transaction's commit
+-- on, no claim takes their jobs. paused_at is the database clock's; until is %(seconds)s
+-- on, to the microsecond (NULL: until resumed). A queue paused already takes the new
+-- values. The rows written are read back by primary key; this transaction holds them.
+SET @dbqueue_paused_at = UTC_TIMESTAMP(6),
+    @dbqueue_paused_until = UTC_TIMESTAMP(6) + INTERVAL ROUND(%(seconds)s * 1000000) MICROSECOND;
+INSERT INTO dbqueue_queue_pause (queue, paused_at, `until`, paused_by)
+SELECT q.name, @dbqueue_paused_at, @dbqueue_paused_until, %(actor)s
+FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+ON DUPLICATE KEY UPDATE
+    paused_at = @dbqueue_paused_at, `until` = @dbqueue_paused_until, paused_by = %(actor)s;
+SELECT p.queue, p.paused_at, p.until, p.paused_by
+FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+STRAIGHT_JOIN dbqueue_queue_pause AS p FORCE INDEX (PRIMARY) ON p.queue = q.name;
+
+-- name: resume_queues
+-- Resume the paused queues of %(queues)s (NULL: every paused queue), returning their names:
+-- the first statement locks their pauses, the second deletes those (the block's result is
+-- the first one's rows, the delete returning none). (%(channel)s is unused: no NOTIFY;
+-- idle workers claim at their next poll.)
+SELECT p.queue FROM dbqueue_queue_pause AS p
+WHERE %(queues)s IS NULL OR p.queue IN (
+    SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
+)
+ORDER BY p.queue
+FOR UPDATE;
+DELETE p FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (queue VARCHAR(100) PATH '$[0]')) AS resumed
+STRAIGHT_JOIN dbqueue_queue_pause AS p FORCE INDEX (PRIMARY) ON p.queue = resumed.queue;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's
@@ -635,7 +705,8 @@ LIMIT %(limit)s;
 -- values without case, accents or trailing spaces. No rows before the tables exist.
 SELECT table_name AS table_name, column_name AS column_name, collation_name AS collation_name
 FROM information_schema.columns
-WHERE table_schema = DATABASE() AND table_name IN ('dbqueue_job', 'dbqueue_periodic_slot')
+WHERE table_schema = DATABASE()
+  AND table_name IN ('dbqueue_job', 'dbqueue_periodic_slot', 'dbqueue_queue_pause')
   AND data_type IN ('char', 'varchar') AND collation_name <> %(exact)s
 ORDER BY table_name, ordinal_position;
 

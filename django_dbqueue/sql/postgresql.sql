@@ -123,7 +123,12 @@ RETURNING id, created_at, run_at,
 -- serial key no candidate has an earlier job of its key to wait for. It reads the ready
 -- index in order and nothing else, and leases keyless rows only, so a keyed job committed
 -- after the probe is left to the general path of a later claim: the serial-key guarantee
--- never depends on the probe's timing. The general path discovers the queues, takes each
+-- never depends on the probe's timing. A paused queue (dbqueue_queue_pause, pauses.py) is
+-- served by neither: the plain shape needs the pause table empty, and the general path
+-- leaves out every queue whose pause is in force. started_at is the statement's start,
+-- which comes before its snapshot: a claim that did not see a pause's commit started
+-- before it, so no job of a paused queue starts after the pause has committed.
+-- The general path discovers the queues, takes each
 -- one's candidates and shares the batch in turn. Keyless candidates come from the keyless
 -- part of the ready index (dbqueue_job_ready_keyless), so keyed jobs are never walked past.
 -- Keyed candidates are the first job of each serial key only (ready, due, in a served
@@ -146,7 +151,8 @@ WITH RECURSIVE shape AS MATERIALIZED (
                WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
                ORDER BY serial_key
                LIMIT 1
-           ) IS NULL AS plain
+           ) IS NULL
+           AND NOT EXISTS (SELECT 1 FROM dbqueue_queue_pause) AS plain
     FROM (
         SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
                (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
@@ -169,9 +175,15 @@ ready_queue AS (
     WHERE r.queue IS NOT NULL
 ),
 served AS (
-    SELECT value AS queue FROM jsonb_array_elements_text(%(queues)s::jsonb)
-    UNION
-    SELECT queue FROM ready_queue WHERE queue IS NOT NULL AND %(queues)s::jsonb IS NULL
+    SELECT queue FROM (
+        SELECT value AS queue FROM jsonb_array_elements_text(%(queues)s::jsonb)
+        UNION
+        SELECT queue FROM ready_queue WHERE queue IS NOT NULL AND %(queues)s::jsonb IS NULL
+    ) named
+    WHERE NOT EXISTS (
+        SELECT 1 FROM dbqueue_queue_pause p
+        WHERE p.queue = named.queue AND (p.until IS NULL OR p.until > statement_timestamp())
+    )
 ),
 serial_in_order AS (
     SELECT c.id, s.queue, c.priority, c.run_at,
@@ -285,7 +297,7 @@ SET state = 'running',
     worker_id = %(worker_id)s,
     last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-    started_at = clock_timestamp()
+    started_at = statement_timestamp()
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
@@ -308,7 +320,7 @@ SET state = 'running',
     worker_id = %(worker_id)s,
     last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-    started_at = clock_timestamp()
+    started_at = statement_timestamp()
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
@@ -320,6 +332,8 @@ RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attem
 -- key). The ready index leads with (queue, priority), so each queue's priorities are walked
 -- from the highest down (one index probe per priority present) and each priority's next
 -- run_at is the first entry after the clock: a handful of probes whatever the backlog.
+-- A pause of a served queue that ends by itself (until) is due then too: its jobs are
+-- claimable from that moment.
 WITH RECURSIVE ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
     UNION ALL
@@ -344,14 +358,47 @@ level AS (
     FROM level l
     WHERE l.priority IS NOT NULL
 )
-SELECT extract(epoch FROM min(earliest.run_at) - clock_timestamp())::float8 AS seconds
-FROM level l
-CROSS JOIN LATERAL (
-    SELECT min(j.run_at) AS run_at FROM dbqueue_job j
-    WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority = l.priority
-      AND j.run_at > clock_timestamp()
-) earliest
-WHERE l.priority IS NOT NULL;
+SELECT extract(epoch FROM min(due.at) - clock_timestamp())::float8 AS seconds
+FROM (
+    SELECT earliest.run_at AS at
+    FROM level l
+    CROSS JOIN LATERAL (
+        SELECT min(j.run_at) AS run_at FROM dbqueue_job j
+        WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority = l.priority
+          AND j.run_at > clock_timestamp()
+    ) earliest
+    WHERE l.priority IS NOT NULL
+    UNION ALL
+    SELECT p.until FROM dbqueue_queue_pause p
+    WHERE p.until > clock_timestamp()
+      AND (%(queues)s::jsonb IS NULL OR p.queue IN (
+          SELECT value FROM jsonb_array_elements_text(%(queues)s::jsonb)
+      ))
+) due;
+
+-- name: pause_queues
+-- Pause the queues of %(queues)s (a JSON array of names): from this transaction's commit
+-- on, no claim takes their jobs. paused_at is the database clock's; until is
+-- %(seconds)s on (NULL: until resumed). A queue paused already takes the new values.
+INSERT INTO dbqueue_queue_pause (queue, paused_at, until, paused_by)
+SELECT named.value, clock.now, clock.now + make_interval(secs => %(seconds)s::float8), %(actor)s
+FROM (SELECT clock_timestamp() AS now) clock
+CROSS JOIN jsonb_array_elements_text(%(queues)s::jsonb) named
+ON CONFLICT (queue) DO UPDATE
+SET paused_at = EXCLUDED.paused_at, until = EXCLUDED.until, paused_by = EXCLUDED.paused_by
+RETURNING queue, paused_at, until, paused_by;
+
+-- name: resume_queues
+-- Resume the paused queues of %(queues)s (NULL: every paused queue), returning their names;
+-- listeners on %(channel)s hear of each queue at the commit, so idle workers claim at once.
+WITH resumed AS (
+    DELETE FROM dbqueue_queue_pause
+    WHERE %(queues)s::jsonb IS NULL OR queue IN (
+        SELECT value FROM jsonb_array_elements_text(%(queues)s::jsonb)
+    )
+    RETURNING queue
+)
+SELECT queue, pg_notify(%(channel)s, queue) AS notified FROM resumed ORDER BY queue;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's

@@ -39,7 +39,10 @@ RETURNING id, created_at, run_at;
 -- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
 -- order. A job with a serial key waits while an earlier job (lower id) with that key is
 -- ready or running, or any job with that key runs (a requeued one included). Each claimed row gets attempts + 1, lease_token + 1, the worker id and
--- a lease.
+-- a lease. A paused queue (dbqueue_queue_pause, pauses.py) is never served: the candidates
+-- leave out every queue whose pause is in force (until NULL or after %(now)s). The claim
+-- holds the database write lock, so every pause committed before it is seen and none
+-- commits during it.
 WITH candidate AS (
     SELECT id, queue,
            row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank,
@@ -47,6 +50,10 @@ WITH candidate AS (
     FROM dbqueue_job AS j
     WHERE state = 'ready' AND run_at <= %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+      AND NOT EXISTS (
+          SELECT 1 FROM dbqueue_queue_pause AS p
+          WHERE p.queue = j.queue AND (p.until IS NULL OR p.until > %(now)s)
+      )
       AND (serial_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM dbqueue_job AS e
           WHERE e.serial_key = j.serial_key AND e.id < j.id
@@ -92,11 +99,37 @@ RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_unt
 -- name: next_due
 -- Seconds from %(now)s until the next ready job of %(queues)s (NULL: every queue) that is not
 -- due yet becomes due, or NULL when there is none (jobs already due are left out: a claim
--- just passed them by).
-SELECT (julianday(min(run_at)) - julianday(%(now)s)) * 86400.0 AS seconds
-FROM dbqueue_job
-WHERE state = 'ready' AND run_at > %(now)s
-  AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)));
+-- just passed them by). A pause of a served queue that ends by itself (until) is due then
+-- too: its jobs are claimable from that moment.
+SELECT (julianday(min(due.at)) - julianday(%(now)s)) * 86400.0 AS seconds
+FROM (
+    SELECT min(run_at) AS at FROM dbqueue_job
+    WHERE state = 'ready' AND run_at > %(now)s
+      AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+    UNION ALL
+    SELECT min(until) FROM dbqueue_queue_pause
+    WHERE until > %(now)s
+      AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+) AS due;
+
+-- name: pause_queues
+-- Pause the queues of %(queues)s (a JSON array of names): from this transaction's commit
+-- on, no claim takes their jobs. paused_at is %(now)s; until is %(seconds)s on, to the
+-- microsecond (NULL: until resumed). A queue paused already takes the new values.
+INSERT INTO dbqueue_queue_pause (queue, paused_at, until, paused_by)
+SELECT value, %(now)s, dbqueue_plus_seconds(%(now)s, %(seconds)s), %(actor)s
+FROM json_each(%(queues)s)
+WHERE true
+ON CONFLICT (queue) DO UPDATE
+SET paused_at = excluded.paused_at, until = excluded.until, paused_by = excluded.paused_by
+RETURNING queue, paused_at, until, paused_by;
+
+-- name: resume_queues
+-- Resume the paused queues of %(queues)s (NULL: every paused queue), returning their names.
+-- (%(channel)s is unused: no NOTIFY on SQLite; idle workers claim at their next poll.)
+DELETE FROM dbqueue_queue_pause
+WHERE %(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s))
+RETURNING queue;
 
 -- name: renew
 -- Extend each lease in %(leases)s (JSON [{job_id, lease_token, worker_id}]) by its job's

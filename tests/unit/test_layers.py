@@ -27,6 +27,7 @@ PROTOCOL = {
     "jsontext",
     "leases",
     "logfields",
+    "pauses",
     "progress",
     "retry",
     "signals",
