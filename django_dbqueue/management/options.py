@@ -99,6 +99,19 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
+def parse_period(text: str) -> float:
+    """A length of time (``90s``, ``10m``, ``2h``, ``7d``) in seconds, above 0 and within
+    ``durations.MAX_DELAY``; anything else is an argparse error that shows the form."""
+    age = AGE.fullmatch(text.strip())
+    seconds = float(int(age.group(1)) * AGE_SECONDS[age.group(2)]) if age else None
+    if seconds is None or not durations.is_seconds(seconds):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a length of time: write 90s, 10m, 2h or 7d "
+            f"(above 0, at most {durations.MAX_DELAY.days} days)."
+        )
+    return seconds
+
+
 def parse_since(text: str) -> datetime:
     """An age (``90s``, ``30m``, ``2h``, ``7d``: that long ago) or an ISO date/time.
 
