@@ -5,8 +5,10 @@ action goes through the same lease-protocol functions the workers use, so a
 job whose state changed meanwhile is skipped and reported, never overwritten.
 Nobody edits lifecycle fields by hand. A job of a workflow lists, on its own
 page, the jobs it waits for and the jobs waiting for it (read-only, each list
-bounded), and links to the list of every job of its workflow. Replace the
-registration the usual way (``admin.site.unregister(Job)``) to customise it.
+bounded), and links to the list of every job of its workflow. The queue health
+table above the list pauses and resumes queues (``pauses``), for users who may
+change jobs, each logged like the actions. Replace the registration the usual
+way (``admin.site.unregister(Job)``) to customise it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.exceptions import PermissionDenied
+from django.db import connections, transaction
 from django.db.models import QuerySet
 from django.http import (
     Http404,
@@ -38,8 +41,9 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
+from django.views.decorators.http import require_POST
 
-from django_dbqueue import dashboard, leases, progress, reaper, search, triage
+from django_dbqueue import clock, dashboard, leases, pauses, progress, reaper, search, triage
 from django_dbqueue.listing import (
     LINKED_PARAMETERS,
     NEWEST_FIRST,
@@ -53,7 +57,7 @@ from django_dbqueue.listing import (
     TaskFilter,
     WorkflowFilter,
 )
-from django_dbqueue.models import TERMINAL_STATES, Dependency, Job, JobState
+from django_dbqueue.models import TERMINAL_STATES, Dependency, Job, JobState, QueuePause
 
 STATE_COLOURS = {
     JobState.WAITING: "#6a1b9a",
@@ -364,7 +368,12 @@ class JobAdmin(ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        return super().changelist_view(request, {**dashboard.context(), **(extra_context or {})})
+        context = {
+            **dashboard.context(),
+            "queue_pause_allowed": self.has_change_permission(request),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, context)
 
     # --- the job's own page: the actions that fit its state, as buttons ------------------
 
@@ -374,7 +383,19 @@ class JobAdmin(ModelAdmin):
             self.admin_site.admin_view(self.triage_view),
             name="django_dbqueue_job_triage",
         )
-        return [triage_url, *super().get_urls()]
+        queue_urls = [
+            path(
+                "queues/pause/",
+                self._queue_view(self.pause_queue_view),
+                name="django_dbqueue_job_pause_queue",
+            ),
+            path(
+                "queues/resume/",
+                self._queue_view(self.resume_queue_view),
+                name="django_dbqueue_job_resume_queue",
+            ),
+        ]
+        return [triage_url, *queue_urls, *super().get_urls()]
 
     def change_view(
         self,
@@ -424,6 +445,81 @@ class JobAdmin(ModelAdmin):
         response = action(self, request, self.get_queryset(request).filter(pk=job.pk))
         change_page = reverse("admin:django_dbqueue_job_change", args=[job.pk])
         return response or HttpResponseRedirect(change_page)
+
+    # --- the queue health table: Pause and Resume ------------------------------------------
+
+    def _queue_view(
+        self, view: Callable[[HttpRequest], HttpResponse]
+    ) -> Callable[[HttpRequest], HttpResponse]:
+        """``view`` for POST only (else 405), behind the admin's login and CSRF check, and
+        outside ``ATOMIC_REQUESTS`` on every database: its write commits at once, so every
+        worker sees it before the reply, and a later error of the request cannot undo it."""
+        wrapped = self.admin_site.admin_view(require_POST(view))
+        for alias in connections:
+            wrapped = transaction.non_atomic_requests(using=alias)(wrapped)
+        return wrapped
+
+    def pause_queue_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause one queue (POST ``queue``, ``period``: one of ``dashboard.PAUSE_PERIODS``)
+        through ``pauses.pause``, and log it (``CHANGE`` of its ``QueuePause``).
+
+        Needs the change permission on jobs (else 403). A form that does not validate
+        writes nothing and says why.
+        """
+        self._check_queue_permission(request)
+        form = dashboard.PauseForm(request.POST)
+        if not form.is_valid():
+            return self._refuse(request, "paused", form)
+        (pause,) = pauses.pause(
+            [form.cleaned_data["queue"]],
+            seconds=form.cleaned_data["period"],
+            actor=request.user.get_username(),
+        )
+        ends = "resumed" if pause.until is None else clock.stamp(pause.until)
+        self._log_queue(request, pause, CHANGE, f"Paused until {ends}")
+        self.message_user(request, dashboard.paused_message(pause), messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:django_dbqueue_job_changelist"))
+
+    def resume_queue_view(self, request: HttpRequest) -> HttpResponse:
+        """Resume one queue (POST ``queue``) through ``pauses.resume``, and log it
+        (``DELETION`` of its ``QueuePause``) if it was paused; otherwise say so.
+
+        Needs the change permission on jobs (else 403). A form that does not validate
+        writes nothing and says why.
+        """
+        self._check_queue_permission(request)
+        form = dashboard.QueueForm(request.POST)
+        if not form.is_valid():
+            return self._refuse(request, "resumed", form)
+        queue = form.cleaned_data["queue"]
+        if pauses.resume([queue]):
+            self._log_queue(request, QueuePause(queue=queue), DELETION, "Resumed")
+            text = f"Queue {queue} resumed: workers claim its jobs again."
+            self.message_user(request, text, messages.SUCCESS)
+        else:
+            text = f"Queue {queue} was not paused; nothing changed."
+            self.message_user(request, text, messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:django_dbqueue_job_changelist"))
+
+    def _check_queue_permission(self, request: HttpRequest) -> None:
+        """Pausing stops jobs from starting: the change permission on jobs, as the actions."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied("You may not pause or resume queues: you may not change jobs.")
+
+    def _log_queue(self, request: HttpRequest, pause: QueuePause, flag: int, verb: str) -> None:
+        """A ``LogEntry`` for the queue's ``QueuePause`` (``object_id``: the queue's name)."""
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,
+            queryset=[pause],
+            action_flag=flag,
+            change_message=f"{verb} (admin)",
+        )
+
+    def _refuse(self, request: HttpRequest, verb: str, form: forms.Form) -> HttpResponse:
+        """Say why ``form`` was refused; back to the list, nothing written."""
+        reasons = " ".join(str(error) for errors in form.errors.values() for error in errors)
+        self.message_user(request, f"No queue was {verb}: {reasons}", messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:django_dbqueue_job_changelist"))
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, job: Job) -> SafeString:

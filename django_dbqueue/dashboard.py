@@ -1,4 +1,9 @@
-"""What the admin shows above the job list: queue health, a throughput chart, periodic schedules."""
+"""What the admin shows above the job list: queue health, a throughput chart, periodic schedules.
+
+The health table also says which queues are paused, and offers (to users who may
+change jobs) a Pause or Resume button per queue; ``PauseForm`` and ``QueueForm``
+check what those buttons post, ``paused_message`` says what a pause did.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import timezone
+from django import forms
+from django.utils import formats, timezone
 
-from django_dbqueue import conf, periodic, stats
-from django_dbqueue.models import JobState
+from django_dbqueue import clock, conf, periodic, stats, validation
+from django_dbqueue.models import JobState, QueuePause
 
 CHART_MINUTES = int(stats.RECENT / timedelta(minutes=1))
 CHART_WIDTH = 360
@@ -29,10 +35,54 @@ OUTCOME_COLOURS: dict[str, str] = {
     JobState.CANCELLED: "#9e9e9e",
 }
 
+#: How long the health table's Pause button pauses a queue: ``(seconds, label)``, and
+#: ``""`` for until resumed (the first, the default).
+PAUSE_PERIODS = (
+    ("", "until resumed"),
+    ("600", "for 10 minutes"),
+    ("3600", "for 1 hour"),
+    ("86400", "for 1 day"),
+)
+#: How the health table and its messages show the time a pause ends, in the current time zone.
+PAUSE_END_FORMAT = "Y-m-d H:i:s T"
+
+
+class QueueForm(forms.Form):
+    """What the Resume button posts: the queue's name, checked as ``pauses`` checks it."""
+
+    queue = forms.CharField()
+
+    def clean_queue(self) -> str:
+        queue = self.cleaned_data["queue"]
+        if not validation.is_queue_name(queue):
+            raise forms.ValidationError(
+                f"Queue name {queue!r} is invalid: {validation.QUEUE_NAME_RULE}."
+            )
+        return queue
+
+
+class PauseForm(QueueForm):
+    """What the Pause button posts: the queue, and one of ``PAUSE_PERIODS`` (``None``: until
+    resumed). Any other period is refused."""
+
+    period = forms.TypedChoiceField(
+        choices=PAUSE_PERIODS, coerce=int, empty_value=None, required=False
+    )
+
+
+def paused_message(pause: QueuePause) -> str:
+    """What the admin says once ``pause`` is written."""
+    if pause.until is None:
+        ends = "you resume it"
+    else:
+        ends = formats.date_format(timezone.localtime(clock.as_utc(pause.until)), PAUSE_END_FORMAT)
+    return f"Queue {pause.queue} paused: workers claim none of its jobs until {ends}."
+
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One queue's line in the health table; ``stale`` when its oldest ready job waits too long."""
+    """One queue's line in the health table; ``stale`` when its oldest ready job waits too long
+    although the queue is not paused (a pause is why its jobs wait, not a missing worker)."""
 
     name: str
     stats: stats.QueueStats
@@ -93,7 +143,7 @@ def queue_rows(now: datetime) -> list[QueueRow]:
         QueueRow(
             name,
             queue,
-            stale=(queue.oldest_ready_age_seconds or 0) > warn_after,
+            stale=not queue.paused and (queue.oldest_ready_age_seconds or 0) > warn_after,
         )
         for name, queue in stats.queue_stats(now).items()
     ]
@@ -194,6 +244,8 @@ def context(now: datetime | None = None) -> dict[str, Any]:
         "queue_health": queue_rows(now),
         "periodic_schedules": schedule_rows(now),
         "oldest_ready_warning": conf.get().oldest_ready_warning,
+        "pause_periods": PAUSE_PERIODS,
+        "pause_end_format": PAUSE_END_FORMAT,
         "chart_bars": bars,
         "chart_tallest": tallest,
         "chart_width": CHART_WIDTH,

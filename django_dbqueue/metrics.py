@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 log = logging.getLogger(__name__)
 
 #: Seconds the queue gauges are served from one read of ``queue_stats()``: an
-#: unauthenticated scrape flood costs the database one query per interval.
+#: unauthenticated scrape flood costs the database one read (two queries) per interval.
 QUEUE_STATS_TTL = 5.0
 #: ``QueueStats`` field -> (gauge name, help), labelled ``queue``.
 QUEUE_GAUGES = {
@@ -82,6 +82,10 @@ QUEUE_GAUGES = {
     "oldest_ready_age_seconds": (
         "dbqueue_queue_oldest_ready_age_seconds",
         "Seconds the oldest due ready job has waited; 0 when none waits.",
+    ),
+    "paused": (
+        "dbqueue_queue_paused",
+        "1 while the queue is paused (no worker claims its jobs), 0 otherwise.",
     ),
 }
 #: ``WorkerCounters`` counter -> (counter name, help), labelled ``worker_id``.
@@ -137,7 +141,7 @@ class CachedStats:
     """What ``read`` returns, read at most once per ``ttl`` seconds and shared by every caller.
 
     Callers arriving while a read runs wait for it instead of reading too, so
-    however many scrapes come in, the database sees one query per interval
+    however many scrapes come in, the database sees one read per interval
     (and a request thread that is served from the cache opens no connection).
     A failed read (``None``) is kept for the interval as well.
     """
@@ -171,11 +175,12 @@ class CachedStats:
 class QueueCollector:
     """Queue gauges from ``queue_stats()``, read at most once per ``QUEUE_STATS_TTL``.
 
-    Queues named in ``DBQUEUE['QUEUES']`` always appear (zeros when idle) so
-    alerts see a series. With ``own_connection`` (a scrape thread outside
-    Django's request cycle) the thread's connection is closed after each
-    read, and a database error leaves the gauges out instead of failing
-    the whole scrape.
+    Every queue ``queue_stats()`` lists (jobs, or a pause) has a sample in each
+    gauge, and queues named in ``DBQUEUE['QUEUES']`` always appear (zeros when
+    idle, ``dbqueue_queue_paused`` 0 unless paused) so alerts see a series.
+    With ``own_connection`` (a scrape thread outside Django's request cycle)
+    the thread's connection is closed after each read, and a database error
+    leaves the gauges out instead of failing the whole scrape.
     """
 
     def __init__(self, *, own_connection: bool = False) -> None:

@@ -3,7 +3,7 @@
 Each summary is one query, grouped per state over the rows that can matter
 (waiting, ready, running, dead, blocked, and succeeded within the last hour),
 each through its partial index, so its cost does not grow with the number of
-old finished rows.
+old finished rows, plus one read of the small table of paused queues.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from django.db.models import Count, DateTimeField, Exists, Min, OuterRef, Q, Que
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from django_dbqueue import conf
-from django_dbqueue.models import Dependency, EdgeState, Job, JobState
+from django_dbqueue import clock, conf, pauses
+from django_dbqueue.models import Dependency, EdgeState, Job, JobState, QueuePause
 
 #: Leases ending within this window count as "expiring".
 EXPIRING_WITHIN = timedelta(seconds=30)
@@ -32,8 +32,11 @@ class QueueStats:
     ``waiting``: jobs waiting for the jobs they depend on (never claimed until
     then). ``blocked``: jobs a failed dependency holds, that is ``cancelled``
     jobs with at least one ``failed`` edge (``blocked_jobs``): requeueing the
-    dead dependency returns them to waiting. Both come last, with defaults, so
-    the positional construction of earlier releases still works.
+    dead dependency returns them to waiting. ``paused``: a pause is in force
+    (``pauses``), so no worker claims the queue's jobs; ``paused_until``: when
+    it ends by itself (``None``: paused until resumed, or not paused). These
+    come last, with defaults, so the positional construction of earlier
+    releases still works.
     """
 
     ready: int
@@ -45,19 +48,28 @@ class QueueStats:
     oldest_ready_age_seconds: float | None
     waiting: int = 0
     blocked: int = 0
+    paused: bool = False
+    paused_until: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field by name, ready for JSON: ``paused_until`` as ISO 8601 text in UTC."""
+        fields = asdict(self)
+        if self.paused_until is not None:
+            fields["paused_until"] = clock.stamp(self.paused_until)
+        return fields
 
 
 def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
-    """Health of every queue with unfinished, dead, blocked or recently succeeded jobs, by name.
+    """Health of every queue with unfinished, dead, blocked or recently succeeded jobs, or
+    paused, by name.
 
-    One query: a ``UNION ALL`` of one grouped branch per state, each served by
-    that state's partial index (waiting, ready and dead by index-only scans,
-    recent successes by the finished-at index, blocked jobs by the failed-edge
-    index and the cancelled-jobs index), so its cost follows the rows that
-    matter, never the finished history.
+    Two queries. The jobs: a ``UNION ALL`` of one grouped branch per state, each
+    served by that state's partial index (waiting, ready and dead by index-only
+    scans, recent successes by the finished-at index, blocked jobs by the
+    failed-edge index and the cancelled-jobs index), so its cost follows the
+    rows that matter, never the finished history. The pauses in force
+    (``pauses.in_force``, one row per paused queue), read where they are
+    written, never from ``READ_DATABASE``: a pause shows the moment it commits.
     """
     now = now or timezone.now()
     jobs = Job.objects.using(conf.get().reads_from)
@@ -89,7 +101,11 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
         for name in COUNTED:
             counts[name] += row[name]
         counts["oldest_ready"] = counts.get("oldest_ready") or row["oldest_ready"]
-    return {name: _queue_stats(now, merged[name]) for name in sorted(merged)}
+    paused = {pause.queue: pause for pause in pauses.in_force()}
+    return {
+        name: _queue_stats(now, merged.get(name, IDLE), paused.get(name))
+        for name in sorted(merged.keys() | paused.keys())
+    }
 
 
 #: The counted columns of every ``queue_stats`` branch, in the order the ``UNION`` needs.
@@ -103,6 +119,8 @@ COUNTED = (
     "blocked",
     "succeeded_last_hour",
 )
+#: The counts of a queue that has no job a branch counts (one that is only paused).
+IDLE: dict[str, Any] = {**dict.fromkeys(COUNTED, 0), "oldest_ready": None}
 
 
 def blocked_jobs(jobs: QuerySet[Job]) -> QuerySet[Job]:
@@ -130,7 +148,7 @@ def _branch(jobs: QuerySet[Job], **aggregates: Any) -> QuerySet[Job, dict[str, A
     return grouped
 
 
-def _queue_stats(now: datetime, counts: dict[str, Any]) -> QueueStats:
+def _queue_stats(now: datetime, counts: dict[str, Any], pause: QueuePause | None) -> QueueStats:
     oldest = counts["oldest_ready"]
     return QueueStats(
         waiting=counts["waiting"],
@@ -142,11 +160,18 @@ def _queue_stats(now: datetime, counts: dict[str, Any]) -> QueueStats:
         blocked=counts["blocked"],
         succeeded_last_hour=counts["succeeded_last_hour"],
         oldest_ready_age_seconds=(now - oldest).total_seconds() if oldest else None,
+        paused=pause is not None,
+        paused_until=None if pause is None else pause.until,
     )
 
 
 def as_json(stats: dict[str, QueueStats]) -> dict[str, Any]:
-    """The documented ``dbqueue_stats --json`` shape: ``{"queues": {name: {...}}}``."""
+    """The documented ``dbqueue_stats --json`` shape: ``{"queues": {name: {...}}}``.
+
+    Each queue: its counts, ``oldest_ready_age_seconds`` (``null``: none due),
+    ``paused`` (``true``/``false``) and ``paused_until`` (ISO 8601 in UTC, such
+    as ``"2025-03-01T14:05:00+00:00"``; ``null``: until resumed, or not paused).
+    """
     return {"queues": {name: queue.as_dict() for name, queue in stats.items()}}
 
 

@@ -42,6 +42,7 @@ QUEUE_GAUGES = [
     "dbqueue_jobs_blocked",
     "dbqueue_queue_succeeded_last_hour",
     "dbqueue_queue_oldest_ready_age_seconds",
+    "dbqueue_queue_paused",
 ]
 WORKER_COUNTERS = [
     "dbqueue_worker_jobs_claimed_total",
@@ -144,6 +145,7 @@ class TestQueueMetricsView:
             "dbqueue_jobs_blocked": 1,
             "dbqueue_queue_succeeded_last_hour": 1,
             "dbqueue_queue_oldest_ready_age_seconds": pytest.approx(600, abs=30),
+            "dbqueue_queue_paused": 0,
         }
         assert value(samples, "dbqueue_queue_dead_jobs", queue="mail") == 2
         assert value(samples, "dbqueue_queue_oldest_ready_age_seconds", queue="mail") == 0
@@ -163,21 +165,21 @@ class TestQueueMetricsView:
         _, samples = parse(client.get("/metrics").content.decode())
         assert samples == {}
 
-    def test_one_query_per_scrape_whatever_the_number_of_queues(
+    def test_one_read_per_scrape_whatever_the_number_of_queues(
         self, client: Client, django_assert_num_queries: DjangoAssertNumQueries
     ) -> None:
         for index in range(5):
             JobFactory(queue=f"q{index}")
             JobFactory(queue=f"q{index}", dead=True)
-        with django_assert_num_queries(1):
+        with django_assert_num_queries(2):  # queue_stats(): the jobs, the pauses
             response = client.get("/metrics")
         assert response.status_code == 200
 
-    def test_a_flood_of_scrapes_within_the_interval_makes_one_query(
+    def test_a_flood_of_scrapes_within_the_interval_makes_one_read(
         self, client: Client, django_assert_num_queries: DjangoAssertNumQueries
     ) -> None:
         JobFactory(queue="mail", dead=True)
-        with django_assert_num_queries(1):
+        with django_assert_num_queries(2):  # one queue_stats(): the jobs, the pauses
             pages = [client.get("/metrics").content for _ in range(50)]
         assert len(set(pages)) == 1
         assert value(parse(pages[0].decode())[1], "dbqueue_queue_dead_jobs", queue="mail") == 1

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from django_dbqueue import conf
+from django_dbqueue import clock, conf
 from django_dbqueue.management.options import INTERVAL
 from django_dbqueue.stats import QueueStats, as_json, queue_stats
 
@@ -25,7 +26,13 @@ COLUMNS = (
     "blocked",
     "succeeded/1h",
     "oldest ready",
+    "paused",
 )
+#: The columns read as text, left-aligned; the counts between them are right-aligned.
+TEXT_COLUMNS = {"queue", "oldest ready", "paused"}
+#: A pause ending within this long shows its time of day alone (the next one); a later end
+#: shows its date too.
+TIME_OF_DAY_WITHIN = timedelta(days=1)
 STALE = "!"
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -47,14 +54,29 @@ def humanise(seconds: float | None) -> str:
 
 
 def is_stale(queue: QueueStats, warning: float) -> bool:
+    """Whether the oldest ready job waited past ``warning`` although the queue is not paused
+    (a pause is why its jobs wait, not a missing worker)."""
     age = queue.oldest_ready_age_seconds
-    return age is not None and age > warning
+    return not queue.paused and age is not None and age > warning
+
+
+def paused(queue: QueueStats, now: datetime) -> str:
+    """``yes`` (until resumed), ``until 14:05:00Z``, ``until 2025-03-08 14:05:00Z`` (a day or
+    more ahead of ``now``), or blank for a queue that is not paused."""
+    if not queue.paused:
+        return ""
+    if queue.paused_until is None:
+        return "yes"
+    until = clock.as_utc(queue.paused_until)
+    shown = "%H:%M:%SZ" if until - now < TIME_OF_DAY_WITHIN else "%Y-%m-%d %H:%M:%SZ"
+    return f"until {until:{shown}}"
 
 
 def table(stats: dict[str, QueueStats], warning: float) -> str:
     """One row per queue, numbers right-aligned, in ``COLUMNS`` order; a footnote explains ``!``."""
     if not stats:
         return "No queue has waiting, ready, running, dead, blocked or recently succeeded jobs."
+    now = timezone.now()
     rows = [
         [
             name,
@@ -73,14 +95,15 @@ def table(stats: dict[str, QueueStats], warning: float) -> str:
             ),
             humanise(queue.oldest_ready_age_seconds)
             + (f" {STALE}" if is_stale(queue, warning) else ""),
+            paused(queue, now),
         ]
         for name, queue in stats.items()
     ]
     widths = [max(len(row[i]) for row in [list(COLUMNS), *rows]) for i in range(len(COLUMNS))]
     lines = [
         "  ".join(
-            cell.ljust(width) if i in (0, len(COLUMNS) - 1) else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+            cell.ljust(width) if column in TEXT_COLUMNS else cell.rjust(width)
+            for column, cell, width in zip(COLUMNS, row, widths, strict=True)
         ).rstrip()
         for row in [list(COLUMNS), *rows]
     ]
@@ -96,7 +119,8 @@ class Command(BaseCommand):
     help = (
         "Show each queue's health: waiting (for the jobs they depend on), ready (due), "
         "scheduled, running, leases expiring within 30 s, dead, blocked (cancelled by a failed "
-        "dependency), succeeded in the last hour, and the oldest ready job's age."
+        "dependency), succeeded in the last hour, the oldest ready job's age, and whether the "
+        "queue is paused (yes: until resumed; or until when)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
