@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from django.db.models import Q
 
-from django_dbqueue import conf, durations, leases, sql, validation
+from django_dbqueue import conf, durations, jsontext, leases, sql, validation
 from django_dbqueue.models import QueuePause, UtcNow
 
 #: The longest ``paused_by`` kept (the column's length); a longer one is cut.
@@ -42,12 +42,15 @@ def pause(
     database clock. A queue paused already takes the new ``until`` and ``actor``.
 
     Returns the pauses written, by queue name. ``ValueError`` for a bad queue
-    name or ``seconds``, before anything is written. A queue need not have jobs
-    (yet) to be paused.
+    name, ``seconds`` or ``actor`` (text no database stores: NUL, a surrogate),
+    before anything is written; an ``actor`` past ``ACTOR_MAX`` characters is
+    cut. A queue need not have jobs (yet) to be paused.
     """
     names = _queue_names(queues)
     if seconds is not None and not durations.is_seconds(seconds):
         raise ValueError(f"A pause lasts {durations.rule()}, not {seconds!r}.")
+    if not isinstance(actor, str) or jsontext.unstorable(actor):
+        raise ValueError(f"actor must be text a database stores, not {actor!r}.")
     rows = sql.run_alone(
         leases.queue_connection(),
         "pause_queues",

@@ -99,6 +99,18 @@ class TestPause:
         tasks.noop.using(queue="later").enqueue()
         assert claimed_queues() == []
 
+    @pytest.mark.parametrize("actor", ["ops\x00", "ops\ud800", None])
+    def test_an_actor_no_database_stores_is_refused_before_anything_is_written(
+        self, actor: object
+    ) -> None:
+        with pytest.raises(ValueError, match="actor must be text"):
+            pauses.pause(["a"], actor=actor)  # type: ignore[arg-type]
+        assert not QueuePause.objects.exists()
+
+    def test_a_long_actor_is_cut_to_the_column(self) -> None:
+        (pause,) = pauses.pause(["a"], actor="x" * 500)
+        assert pause.paused_by == "x" * pauses.ACTOR_MAX
+
     @pytest.mark.parametrize(
         ("queues", "seconds", "problem"),
         [
