@@ -2,18 +2,18 @@
 
 A pause is one row of ``dbqueue_queue_pause`` (``QueuePause``) per queue,
 written by ``pause`` (``dbqueue_pause``, the admin's queue summary) and read
-by every claim statement (``sql/<vendor>.sql``, ``claim``). Guarantee: a claim
-that did not see the pause's commit began before it, so every job of a paused
-queue that starts has ``started_at`` before the pause committed, and no claim
-made after ``pause`` returned takes one. On PostgreSQL the claim stamps
-``started_at`` with its statement's start, which comes before the statement's
-snapshot; MySQL/MariaDB stamp it before the claim's last statement, which
-checks the pause again; SQLite claims under the database write lock. Jobs
-already running finish; eager mode (``claim_jobs``) runs what its commit
-enqueued, paused or not.
+by every claim statement (``sql/<vendor>.sql``, ``claim``). Guarantee: every
+job of a paused queue that starts has ``started_at`` before the pause
+committed, so no claim made after ``pause`` returned takes one. The claim
+reads its clock for ``started_at`` first, then checks the pauses with a view
+of the database taken after that reading (PostgreSQL: the function
+``dbqueue_paused_queues``, migration 0017; MySQL/MariaDB: the claim's last
+statement); a claim that missed the pause's commit read its clock before it.
+SQLite claims under the database write lock. Jobs already running finish;
+eager mode (``claim_jobs``) runs what its commit enqueued, paused or not.
 
-Free when unused: with the pause table empty, the PostgreSQL claim keeps its
-plain path (one probe of an empty table decides it).
+Free when unused: with no pause, the PostgreSQL claim's plan is the one it had
+before, plus one call of that function, which reads an empty table.
 
 A pause with ``seconds`` ends by itself then: from that moment the claim
 ignores it, idle workers wake for it as for a job's ``run_at`` (``next_due``),

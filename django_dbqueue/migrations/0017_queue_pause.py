@@ -1,10 +1,29 @@
 # The table of paused queues (pauses.py): one row per queue workers do not claim from.
 # On MySQL and MariaDB it takes the server's binary NO PAD collation, as the other tables
-# of the app do (migration 0009): the claim compares its queue names with the jobs'.
+# of the app do (migration 0009): the claim compares its queue names with the jobs'. On
+# PostgreSQL, dbqueue_paused_queues(at) lists the queues paused at that time, read with a
+# snapshot of its own (a VOLATILE PL/pgSQL function takes one per query it runs): the claim
+# calls it after reading its clock for started_at, so it sees a pause that committed while
+# the claim statement was under way (sql/postgresql.sql, claim).
 
 from django.db import migrations, models
 
 from django_dbqueue.collation import exact_collation
+from django_dbqueue.migrations._vendor import run_on
+
+POSTGRESQL_FORWARD = [
+    """
+    CREATE OR REPLACE FUNCTION dbqueue_paused_queues(at timestamptz) RETURNS text[]
+    LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        RETURN ARRAY(
+            SELECT queue FROM dbqueue_queue_pause WHERE until IS NULL OR until > at
+        );
+    END
+    $$
+    """
+]
+POSTGRESQL_BACKWARD = ["DROP FUNCTION IF EXISTS dbqueue_paused_queues(timestamptz)"]
 
 
 def convert_to_exact_collation(apps, schema_editor):
@@ -47,4 +66,7 @@ class Migration(migrations.Migration):
             options={"db_table": "dbqueue_queue_pause"},
         ),
         migrations.RunPython(convert_to_exact_collation, migrations.RunPython.noop),
+        migrations.RunPython(
+            run_on("postgresql", POSTGRESQL_FORWARD), run_on("postgresql", POSTGRESQL_BACKWARD)
+        ),
     ]

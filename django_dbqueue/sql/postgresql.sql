@@ -123,11 +123,15 @@ RETURNING id, created_at, run_at,
 -- serial key no candidate has an earlier job of its key to wait for. It reads the ready
 -- index in order and nothing else, and leases keyless rows only, so a keyed job committed
 -- after the probe is left to the general path of a later claim: the serial-key guarantee
--- never depends on the probe's timing. A paused queue (dbqueue_queue_pause, pauses.py) is
--- served by neither: the plain shape needs the pause table empty, and the general path
--- leaves out every queue whose pause is in force. started_at is the statement's start,
--- which comes before its snapshot: a claim that did not see a pause's commit started
--- before it, so no job of a paused queue starts after the pause has committed.
+-- never depends on the probe's timing. A paused queue (dbqueue_queue_pause, pauses.py):
+-- the general path leaves out every queue whose pause is in force, so the others fill the
+-- batch; then, on either path, the clock is read once for started_at (claimed_at, after
+-- the statement's snapshot: a job starts after what that snapshot saw finish, as serial
+-- keys need) and only then dbqueue_paused_queues(started_at) reads the pauses with a
+-- snapshot of its own (a VOLATILE PL/pgSQL function, migration 0017); the UPDATE leaves out
+-- the jobs of those queues, which stay ready. So a claim that missed a pause's commit read
+-- its clock before that commit: no job of a paused queue starts after the pause committed.
+-- With no pause, that check is one call reading an empty table.
 -- The general path discovers the queues, takes each
 -- one's candidates and shares the batch in turn. Keyless candidates come from the keyless
 -- part of the ready index (dbqueue_job_ready_keyless), so keyed jobs are never walked past.
@@ -151,8 +155,7 @@ WITH RECURSIVE shape AS MATERIALIZED (
                WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
                ORDER BY serial_key
                LIMIT 1
-           ) IS NULL
-           AND NOT EXISTS (SELECT 1 FROM dbqueue_queue_pause) AS plain
+           ) IS NULL AS plain
     FROM (
         SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
                (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
@@ -289,6 +292,12 @@ chosen AS (
     ) ranked
     ORDER BY rank, mod(position - 1 + %(turn)s, (SELECT count(DISTINCT queue) FROM candidate))
     LIMIT %(limit)s)
+),
+claimed_at AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+),
+paused AS MATERIALIZED (
+    SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
 )
 UPDATE dbqueue_job j
 SET state = 'running',
@@ -297,8 +306,9 @@ SET state = 'running',
     worker_id = %(worker_id)s,
     last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-    started_at = statement_timestamp()
+    started_at = (SELECT at FROM claimed_at)
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+  AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
 
@@ -320,7 +330,7 @@ SET state = 'running',
     worker_id = %(worker_id)s,
     last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-    started_at = statement_timestamp()
+    started_at = clock_timestamp()
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;

@@ -10,11 +10,14 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from django_dbqueue import leases, pauses, reaper
 from django_dbqueue.models import Job, QueuePause
+from tests.integration.test_leases import WAIT, run_in_thread
 from tests.jobs import tasks
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -199,3 +202,40 @@ class TestCommands:
         with pytest.raises(CommandError, match="No queue was paused") as raised:
             run("dbqueue_resume", "mail")
         assert raised.value.returncode == 1
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_the_claims_pause_check_sees_a_pause_committed_after_the_statement_began() -> None:
+    """``dbqueue_paused_queues`` reads with a snapshot of its own, taken when it is called:
+    the claim calls it after reading its clock for ``started_at``, so a pause that committed
+    while the claim was under way is seen (a subquery, with the statement's snapshot, is not)."""
+
+    def statement_running() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
+                "AND pid <> pg_backend_pid() AND query LIKE %s",
+                ["%MATERIALIZED (SELECT pg_sleep(1))%"],
+            )
+            return cursor.fetchone() is not None
+
+    def pause_meanwhile() -> None:
+        wait_until(statement_running, WAIT, "the statement to be under way")
+        pauses.pause(["a"])  # commits at once (autocommit)
+
+    thread = run_in_thread(pause_meanwhile)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH later AS MATERIALIZED (SELECT pg_sleep(1))
+            SELECT dbqueue_paused_queues(clock_timestamp()),
+                   EXISTS (SELECT 1 FROM dbqueue_queue_pause)
+            FROM later
+            """
+        )
+        paused, seen_by_subquery = cursor.fetchone()
+    thread.join(WAIT)
+
+    assert QueuePause.objects.filter(queue="a").exists()
+    assert (paused, seen_by_subquery) == (["a"], False)
