@@ -91,13 +91,13 @@ def sweep() -> int:
 def _queue_names(queues: Sequence[str]) -> list[str]:
     if isinstance(queues, str):
         raise ValueError(f"Pass a list of queue names, not the text {queues!r}.")
-    names = sorted(set(queues))
-    if not names:
+    given = list(queues)
+    if not given:
         raise ValueError("Name at least one queue.")
-    for name in names:
+    for name in given:
         if not validation.is_queue_name(name):
             raise ValueError(f"Queue name {name!r} is invalid: {validation.QUEUE_NAME_RULE}.")
-    return names
+    return sorted(set(given))
 
 
 def _pause(row: sql.Row) -> QueuePause:

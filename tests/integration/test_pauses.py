@@ -120,6 +120,7 @@ class TestPause:
             ([], None, "at least one queue"),
             ("a", None, "list of queue names"),
             (["a", "no spaces"], None, "invalid"),
+            (["a", 7], None, "invalid"),
             (["a"], 0, "above 0"),
             (["a"], -1, "above 0"),
             (["a"], math.inf, "above 0"),
