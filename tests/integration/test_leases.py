@@ -53,6 +53,17 @@ def run_in_thread(target: Callable[..., object], *args: object) -> threading.Thr
     return thread
 
 
+def statement_running_elsewhere(fragment: str) -> bool:
+    """Whether another PostgreSQL session is running a statement whose text holds ``fragment``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
+            "AND pid <> pg_backend_pid() AND query LIKE %s",
+            [f"%{fragment}%"],
+        )
+        return cursor.fetchone() is not None
+
+
 @contextmanager
 def row_locked_elsewhere(job_id: int) -> Iterator[None]:
     """Hold ``SELECT ... FOR UPDATE`` on the job from another connection meanwhile."""

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from django_dbqueue import leases, pauses, reaper
 from django_dbqueue.models import Job, QueuePause
-from tests.integration.test_leases import WAIT, run_in_thread
+from tests.integration.test_leases import WAIT, run_in_thread, statement_running_elsewhere
 from tests.jobs import tasks
 from tests.waiting import wait_until
 
@@ -212,17 +212,12 @@ def test_the_claims_pause_check_sees_a_pause_committed_after_the_statement_began
     the claim calls it after reading its clock for ``started_at``, so a pause that committed
     while the claim was under way is seen (a subquery, with the statement's snapshot, is not)."""
 
-    def statement_running() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
-                "AND pid <> pg_backend_pid() AND query LIKE %s",
-                ["%MATERIALIZED (SELECT pg_sleep(1))%"],
-            )
-            return cursor.fetchone() is not None
-
     def pause_meanwhile() -> None:
-        wait_until(statement_running, WAIT, "the statement to be under way")
+        wait_until(
+            lambda: statement_running_elsewhere("MATERIALIZED (SELECT pg_sleep(1))"),
+            WAIT,
+            "the statement to be under way",
+        )
         pauses.pause(["a"])  # commits at once (autocommit)
 
     thread = run_in_thread(pause_meanwhile)

@@ -15,7 +15,12 @@ from django_dbqueue.dependencies import DEPENDENCY_FAILED, DEPENDENCY_REQUEUED
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import Dependency, Job, JobState
 from django_dbqueue.testing import run_jobs
-from tests.integration.test_leases import claim_one, expire, run_in_thread
+from tests.integration.test_leases import (
+    claim_one,
+    expire,
+    run_in_thread,
+    statement_running_elsewhere,
+)
 from tests.jobs import tasks
 from tests.testapp.models import Order
 from tests.waiting import wait_until
@@ -301,17 +306,12 @@ def test_the_completions_edge_check_sees_an_edge_committed_after_the_statement_b
     see an edge committed between its start and its row lock); a subquery would not."""
     first = tasks.echo.enqueue(1)
 
-    def statement_running() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
-                "AND pid <> pg_backend_pid() AND query LIKE %s",
-                ["%MATERIALIZED (SELECT pg_sleep(1))%"],
-            )
-            return cursor.fetchone() is not None
-
     def add_edge() -> None:
-        wait_until(statement_running, WAIT, "the statement to be under way")
+        wait_until(
+            lambda: statement_running_elsewhere("MATERIALIZED (SELECT pg_sleep(1))"),
+            WAIT,
+            "the statement to be under way",
+        )
         tasks.echo.using(after=[first]).enqueue(2)  # commits at once (autocommit)
 
     thread = run_in_thread(add_edge)
