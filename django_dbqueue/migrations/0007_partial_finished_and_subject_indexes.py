@@ -13,6 +13,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from django_dbqueue.migrations._vendor import OwnDatabaseSide
+
 FK_INDEX = "dbqueue_job_subject_type_id_bdec4d23"  # Django's name for it in 0001
 
 
@@ -41,29 +43,6 @@ POSTGRESQL_BACKWARD = [
     *rebuilt("dbqueue_job_finished", "ON dbqueue_job (finished_at)"),
 ]
 
-
-class OwnDatabaseSide(migrations.SeparateDatabaseAndState):
-    """``operations``, with their database side replaced on the vendors ``instead`` names.
-
-    ``instead`` maps a vendor to the operation that does the work there, or to None for
-    nothing; on other vendors ``operations`` change the database as usual.
-    """
-
-    def __init__(self, operations, instead):
-        super().__init__(database_operations=operations, state_operations=operations)
-        self.instead = instead
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        self._apply("database_forwards", app_label, schema_editor, from_state, to_state)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        self._apply("database_backwards", app_label, schema_editor, from_state, to_state)
-
-    def _apply(self, direction, app_label, schema_editor, from_state, to_state):
-        vendor = schema_editor.connection.vendor
-        operation = self.instead.get(vendor, super())
-        if operation is not None:
-            getattr(operation, direction)(app_label, schema_editor, from_state, to_state)
 
 
 class Migration(migrations.Migration):

@@ -19,6 +19,7 @@
 from django.db import DatabaseError, migrations, models
 
 from django_dbqueue import sql
+from django_dbqueue.migrations._vendor import OwnDatabaseSide
 
 INDEXES = {
     "dbqueue_job_queue": "(queue, id) WHERE id > 0",
@@ -67,23 +68,6 @@ def mysql_backward(apps, schema_editor):
     for name in MYSQL_INDEXES:
         schema_editor.execute(f"DROP INDEX {name} ON dbqueue_job")
 
-
-class OwnDatabaseSide(migrations.SeparateDatabaseAndState):
-    """``operations``, with their database side replaced on the vendors ``instead`` names."""
-
-    def __init__(self, operations, instead):
-        super().__init__(database_operations=operations, state_operations=operations)
-        self.instead = instead
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        self._apply("database_forwards", app_label, schema_editor, from_state, to_state)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        self._apply("database_backwards", app_label, schema_editor, from_state, to_state)
-
-    def _apply(self, direction, app_label, schema_editor, from_state, to_state):
-        operation = self.instead.get(schema_editor.connection.vendor, super())
-        getattr(operation, direction)(app_label, schema_editor, from_state, to_state)
 
 
 class Migration(migrations.Migration):

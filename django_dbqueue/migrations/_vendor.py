@@ -1,5 +1,7 @@
 """What the hand-written migrations share (the loader skips a module whose name starts with _)."""
 
+from django.db import migrations
+
 
 def run_on(vendor, statements):
     """A ``RunPython`` function that runs ``statements`` on ``vendor``, and nothing elsewhere."""
@@ -15,3 +17,26 @@ def run_on(vendor, statements):
 def run_on_mysql(statements):
     """A ``RunPython`` function that runs ``statements`` on MySQL/MariaDB, and nothing elsewhere."""
     return run_on("mysql", statements)
+
+
+class OwnDatabaseSide(migrations.SeparateDatabaseAndState):
+    """``operations``, with their database side replaced on the vendors ``instead`` names.
+
+    ``instead`` maps a vendor to the operation that does the work there, or to None for
+    nothing; on other vendors ``operations`` change the database as usual.
+    """
+
+    def __init__(self, operations, instead):
+        super().__init__(database_operations=operations, state_operations=operations)
+        self.instead = instead
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        self._apply("database_forwards", app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        self._apply("database_backwards", app_label, schema_editor, from_state, to_state)
+
+    def _apply(self, direction, app_label, schema_editor, from_state, to_state):
+        operation = self.instead.get(schema_editor.connection.vendor, super())
+        if operation is not None:
+            getattr(operation, direction)(app_label, schema_editor, from_state, to_state)
