@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.checks import CheckMessage
 from django.db import transaction
 
-from django_dbqueue import conf, registry
+from django_dbqueue import conf, limits, registry
 from django_dbqueue.arguments import Callee, encode_calls
 from django_dbqueue.checks import task_backend_checks
 from django_dbqueue.enqueue import EnqueueOptions, JobSpec, insert, schedule
@@ -172,6 +172,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from exc
         run_at, _ = schedule(EnqueueOptions(run_at=task.run_after))
+        limit = limits.of_task(task.module_path, None, task.queue_name, conf.get())
         spec = JobSpec(
             task=task.module_path,
             queue=task.queue_name,
@@ -180,6 +181,8 @@ class DatabaseQueueBackend(BaseTaskBackend):
             lease_seconds=self.lease_seconds,
             run_at=run_at,
             backend=self.alias,
+            limit_key=limit.key,
+            limit_size=limit.size,
         )
         call = (list(args), dict(kwargs))
         rows = encode_calls(callee_of(task.module_path, task.func, task.takes_context), [call])

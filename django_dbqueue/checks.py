@@ -1,7 +1,7 @@
 """System checks for the ``DBQUEUE`` settings, the database behind the queue and
 the ``django.tasks`` backend's ``TASKS`` entry.
 
-Ids: ``dbqueue.E001``-``E020`` are errors (every number from 001 to 020 is used),
+Ids: ``dbqueue.E001``-``E021`` are errors (every number from 001 to 021 is used),
 ``dbqueue.W001``, ``W002``, ``W003``, ``W005`` and ``W006`` warnings (there is no
 ``W004``); the backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and
 ``dbqueue.W101``. Each id's message and fix: ``docs/reference/checks.md``.
@@ -29,6 +29,7 @@ from django.utils.module_loading import import_string
 from django_dbqueue import collation, conf, durations, sql
 from django_dbqueue.retry import retry_problem
 from django_dbqueue.validation import (
+    INT_MAX,
     QUEUE_NAME_RULE,
     is_column_seconds,
     is_queue_name,
@@ -87,7 +88,32 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_other_alias("LISTEN_DATABASE", merged["LISTEN_DATABASE"], "E017"),
         *_check_other_alias("READ_DATABASE", merged["READ_DATABASE"], "E018"),
         *_check_middleware(merged["MIDDLEWARE"]),
+        *_check_concurrency(merged["QUEUE_CONCURRENCY"], merged["KEY_CONCURRENCY"]),
     ]
+
+
+def _check_concurrency(queues: object, keys: object) -> list[CheckMessage]:
+    """``QUEUE_CONCURRENCY``: queue names to sizes; ``KEY_CONCURRENCY``: a size or None
+    (``dbqueue.E021``). A size is a whole number from 1 (``limits``)."""
+    hint = (
+        "Write QUEUE_CONCURRENCY = {'queue name': N, ...} and KEY_CONCURRENCY = N or None, "
+        f"each N a whole number from 1 to {INT_MAX}."
+    )
+    problems = []
+    if not isinstance(queues, dict):
+        problems.append(f"DBQUEUE['QUEUE_CONCURRENCY'] is {queues!r}; it must be a dict.")
+    else:
+        problems.extend(
+            f"DBQUEUE['QUEUE_CONCURRENCY'] has {queue!r}: {size!r}; it must map a queue name "
+            "to a whole number from 1."
+            for queue, size in queues.items()
+            if not (is_queue_name(queue) and is_whole(size, 1))
+        )
+    if keys is not None and not is_whole(keys, 1):
+        problems.append(
+            f"DBQUEUE['KEY_CONCURRENCY'] is {keys!r}; it must be None or a whole number from 1."
+        )
+    return [Error(message, hint=hint, id="dbqueue.E021") for message in problems]
 
 
 def _check_keys(raw: dict[str, Any]) -> list[CheckMessage]:

@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE": None,
     "READ_DATABASE": None,
     "MIDDLEWARE": (),
+    "QUEUE_CONCURRENCY": {},
+    "KEY_CONCURRENCY": None,
 }
 
 #: The ``POOLER`` values: none (direct, or a session-mode pool), or a transaction-mode pool.
@@ -94,6 +96,12 @@ class QueueSettings:
     read_database: str | None
     #: Dotted paths of the factories wrapping every attempt, outermost first (``middleware``).
     middleware: Sequence[str]
+    #: Queue name -> the most jobs of that queue running at once, across every worker
+    #: (``limits``).
+    queue_concurrency: dict[str, int]
+    #: The most jobs of one ``concurrency_key`` running at once when their task sets no
+    #: ``concurrency`` (None: such a key is refused).
+    key_concurrency: int | None
 
     @property
     def reads_from(self) -> str:

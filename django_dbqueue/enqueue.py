@@ -18,7 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from django_dbqueue import conf, dependencies, durations, middleware, sql, wakeups
+from django_dbqueue import conf, dependencies, durations, limits, middleware, sql, wakeups
 from django_dbqueue.arguments import Call, Callee, encode_calls
 from django_dbqueue.exceptions import DbQueueError, InvalidJob
 from django_dbqueue.models import EdgeState, Job, JobState, OnFailure
@@ -64,6 +64,8 @@ class TaskDefaults(Protocol):
     def max_attempts(self) -> int | None: ...
     @property
     def lease(self) -> float | None: ...
+    @property
+    def concurrency(self) -> int | None: ...
 
 
 class OneCall(Protocol):
@@ -103,6 +105,8 @@ class EnqueueOptions:
     #: The jobs (or ids) the new jobs wait for, and what they do when one of those fails.
     after: Sequence[Job | int] | None = None
     on_dependency_failure: str | None = None
+    #: The global concurrency limit the jobs share (``limits``): its size is the task's.
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,9 @@ class JobSpec:
     backend: str | None = None
     #: What the enqueue hooks recorded (``middleware.enqueue_meta``); ``None``: nothing.
     meta: dict[str, Any] | None = None
+    #: The concurrency limit the jobs count against (``limits``): its name and size.
+    limit_key: str | None = None
+    limit_size: int | None = None
     #: The ids of the jobs each new job waits for (``using(after=...)``), in order.
     after: tuple[int, ...] = ()
     on_dependency_failure: str = OnFailure.CANCEL
@@ -223,7 +230,7 @@ def enqueue(task: Enqueueable, calls: list[Call], options: EnqueueOptions) -> li
     cfg = conf.get()
     shape = shapes.get(task, options, cfg)
     if has_per_call_options(options):
-        shape = Shape.of(per_call_spec(shape.spec, options), cfg)
+        shape = Shape.of(per_call_spec(shape.spec, options, cfg), cfg)
     rows = encode_calls(task.callee, calls, cfg.max_args_bytes)
     return insert(shape.spec, calls, rows, cfg, shape)
 
@@ -353,18 +360,22 @@ def task_spec(task: Enqueueable, options: EnqueueOptions, cfg: conf.QueueSetting
     """The validated columns the task, the call's queue and priority and ``cfg`` fix.
 
     Raises ``InvalidJob`` when no worker could import the task by its name,
-    or the queue or priority is invalid.
+    the queue or priority is invalid, or the job would count against two limits.
     """
     check_importable(task.name, object, lambda found: found is task)
     queue = options.queue if options.queue is not None else task.options.queue or cfg.default_queue
     priority = options.priority if options.priority is not None else task.options.priority
+    queue = check_queue(queue, cfg.queues)
+    limit = limits.of_task(task.name, task.options.concurrency, queue, cfg)
     return JobSpec(
         task=task.name,
-        queue=check_queue(queue, cfg.queues),
+        queue=queue,
         priority=check_int("priority", priority, INT_MIN),
         max_attempts=task.options.max_attempts or cfg.max_attempts,
         # The column holds whole seconds; a lease is never shorter than asked for.
         lease_seconds=math.ceil(task.options.lease or cfg.lease_seconds),
+        limit_key=limit.key,
+        limit_size=limit.size,
     )
 
 
@@ -378,21 +389,30 @@ def has_per_call_options(options: EnqueueOptions) -> bool:
         and options.subject is None
         and options.after is None
         and options.on_dependency_failure is None
+        and options.concurrency_key is None
     )
 
 
-def per_call_spec(spec: JobSpec, options: EnqueueOptions) -> JobSpec:
+def per_call_spec(spec: JobSpec, options: EnqueueOptions, cfg: conf.QueueSettings) -> JobSpec:
     """``spec`` with the call's schedule, keys and subject, each validated."""
     if not has_per_call_options(options):
         return spec
     subject_type_id, subject_id = subject_columns(options.subject)
     run_at, delay = schedule(options)
+    serial_key = optional_key("serial_key", options.serial_key)
+    limit = limits.Limit(spec.limit_key, spec.limit_size)
+    concurrency_key = optional_key("concurrency_key", options.concurrency_key)
+    if concurrency_key is not None:
+        limit = limits.keyed(limit, concurrency_key, cfg)
+    limits.check_serial(limit, serial_key)
     return replace(
         spec,
         run_at=run_at,
         delay=delay,
         dedupe_key=optional_key("dedupe_key", options.dedupe_key),
-        serial_key=optional_key("serial_key", options.serial_key),
+        serial_key=serial_key,
+        limit_key=limit.key,
+        limit_size=limit.size,
         subject_type_id=subject_type_id,
         subject_id=subject_id,
         after=dependency_ids(options.after),

@@ -197,6 +197,13 @@ class Job(models.Model):
     #: How many of the jobs this one depends on have not settled yet (``dependencies``):
     #: more than 0 exactly while it is ``waiting``, or ``cancelled`` by a failed dependency.
     pending_dependencies = models.PositiveIntegerField(default=0, db_default=0)
+    #: The global concurrency limit the job counts against (``limits``): ``task:<task>``,
+    #: ``queue:<queue>`` or ``key:<concurrency_key>``; NULL for a job under no limit. At
+    #: most ``limit_size`` jobs with one ``limit_key`` are ``running`` at once. (Not a
+    #: PositiveIntegerField: its CHECK would scan the table as the column is added;
+    #: ``dbqueue_job_limit_shape`` holds it above 0.)
+    limit_key = models.CharField(max_length=300, null=True, blank=True)  # noqa: DJ001
+    limit_size = models.IntegerField(null=True, blank=True)
 
     objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]  # django-stubs types as_manager() as a Manager, not the QuerySet its methods return.
 
@@ -217,6 +224,13 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gt=0), name="dbqueue_job_max_attempts_positive"
+            ),
+            # A limited job names its limit and size, and has no serial key (which is a
+            # limit of its own): the claim takes serial and limited jobs on separate paths.
+            models.CheckConstraint(
+                condition=Q(limit_key__isnull=True, limit_size__isnull=True)
+                | Q(limit_key__isnull=False, limit_size__gt=0, serial_key__isnull=True),
+                name="dbqueue_job_limit_shape",
             ),
             models.CheckConstraint(
                 condition=(
@@ -260,7 +274,7 @@ class Job(models.Model):
             # run, and keyed ones apart from keyless jobs, so neither walks past the other.
             models.Index(
                 fields=("queue", "-priority", "run_at", "id"),
-                condition=Q(state=JobState.READY, serial_key__isnull=True),
+                condition=Q(state=JobState.READY, serial_key__isnull=True, limit_key__isnull=True),
                 name="dbqueue_job_ready_keyless",
             ),
             models.Index(
@@ -272,6 +286,19 @@ class Job(models.Model):
                 fields=("lease_until",),
                 condition=Q(state=JobState.RUNNING),
                 name="dbqueue_job_running_lease",
+            ),
+            # The jobs under a concurrency limit (``limits``), apart from the others: the
+            # ready ones per limit in claim order, and the running ones a claim counts.
+            models.Index(
+                fields=("limit_key", "-priority", "run_at", "id"),
+                include=("queue", "limit_size"),
+                condition=Q(state=JobState.READY, limit_key__isnull=False),
+                name="dbqueue_job_ready_limited",
+            ),
+            models.Index(
+                fields=("limit_key",),
+                condition=Q(state=JobState.RUNNING, limit_key__isnull=False),
+                name="dbqueue_job_running_limited",
             ),
             # The waiting jobs, newest first, for the admin's state filter, and per queue for
             # the counts of stats and metrics (index-only): the claim's indexes hold ready

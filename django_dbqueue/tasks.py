@@ -24,7 +24,7 @@ from typing import (
 
 from django.db.models import Model
 
-from django_dbqueue import conf, enqueue, registry
+from django_dbqueue import conf, enqueue, limits, registry
 from django_dbqueue.arguments import Callee
 from django_dbqueue.enqueue import EnqueueOptions
 from django_dbqueue.exceptions import InvalidJob
@@ -58,6 +58,8 @@ class TaskOptions:
     retry: Backoff | None = None
     give_up_on: tuple[type[BaseException], ...] = ()
     takes_context: bool = False
+    #: The most jobs of this task running at once, across every worker (``limits``).
+    concurrency: int | None = None
 
 
 class Task(Generic[P, R]):
@@ -147,6 +149,7 @@ class Task(Generic[P, R]):
         serial_key: str | None = None,
         after: Sequence[Job | int] | None = None,
         on_dependency_failure: str | None = None,
+        concurrency_key: str | None = None,
     ) -> TaskCall[P, R]:
         """Options for the next enqueue: scheduling, priority, queue, dedupe, subject, order.
 
@@ -155,7 +158,9 @@ class Task(Generic[P, R]):
         this transaction) is ``waiting`` until each of them has succeeded, then
         ready; when one ends ``dead`` or ``cancelled`` it is cancelled too
         (``on_dependency_failure="cancel"``, code ``DEPENDENCY_FAILED``) or runs
-        anyway once they have all finished (``"run"``: a ``finally`` step).
+        anyway once they have all finished (``"run"``: a ``finally`` step). Jobs
+        sharing a ``concurrency_key`` run at most the task's ``concurrency`` (else
+        ``DBQUEUE["KEY_CONCURRENCY"]``) at once, across every worker (``limits``).
         """
         options = EnqueueOptions(
             delay,
@@ -167,6 +172,7 @@ class Task(Generic[P, R]):
             serial_key,
             after,
             on_dependency_failure,
+            concurrency_key,
         )
         return TaskCall(self, options)
 
@@ -235,6 +241,7 @@ def task(
     retry: Backoff | None = None,
     give_up_on: Iterable[type[BaseException]] = (),
     takes_context: Literal[True],
+    concurrency: int | None = None,
 ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 @overload
 def task(
@@ -247,6 +254,7 @@ def task(
     retry: Backoff | None = None,
     give_up_on: Iterable[type[BaseException]] = (),
     takes_context: Literal[False] = False,
+    concurrency: int | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 def task(  # type: ignore[misc]  # the implementation accepts both overloads' functions.
     func: Callable[P, R] | None = None,
@@ -260,16 +268,26 @@ def task(  # type: ignore[misc]  # the implementation accepts both overloads' fu
     retry: Backoff | None = None,
     give_up_on: Iterable[type[BaseException]] = (),
     takes_context: bool = False,
+    concurrency: int | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Declare a background task: ``@task`` or ``@task(queue="mail", ...)``.
 
     ``max_attempts``, ``lease`` (seconds, rounded up to whole seconds) and ``retry`` default to the
     ``DBQUEUE`` settings when the job is enqueued or retried. ``give_up_on``
-    exception types make a failure permanent. Bad options raise ``InvalidJob``
-    at import time.
+    exception types make a failure permanent. ``concurrency=N``: at most N jobs of
+    the task run at once across every worker, or N per ``concurrency_key`` for jobs
+    enqueued with one (``limits``). Bad options raise ``InvalidJob`` at import time.
     """
     options = TaskOptions(
-        queue, priority, max_attempts, lease, timeout, retry, tuple(give_up_on), takes_context
+        queue,
+        priority,
+        max_attempts,
+        lease,
+        timeout,
+        retry,
+        tuple(give_up_on),
+        takes_context,
+        concurrency,
     )
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:
@@ -289,6 +307,8 @@ def validate_task_options(options: TaskOptions) -> None:
         check_seconds("lease", options.lease)
     if options.timeout is not None:
         check_seconds("timeout", options.timeout)
+    if options.concurrency is not None:
+        limits.check_size("concurrency", options.concurrency)
     if options.retry is not None and not isinstance(options.retry, Backoff):
         raise InvalidJob(f"retry must be a Backoff(...), not {options.retry!r}.")
     for kind in options.give_up_on:

@@ -55,7 +55,7 @@ WITH inserted AS (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
         lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
         subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-        pending_dependencies
+        pending_dependencies, limit_key, limit_size
     )
     SELECT
         %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', %(state)s,
@@ -64,7 +64,7 @@ WITH inserted AS (
                  statement_timestamp() + make_interval(secs => %(delay)s)),
         0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
         %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '',
-        '[]'::jsonb, %(meta)s::jsonb, %(pending_dependencies)s
+        '[]'::jsonb, %(meta)s::jsonb, %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
     ON CONFLICT (task, dedupe_key)
@@ -87,14 +87,14 @@ INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
     subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-    pending_dependencies
+    pending_dependencies, limit_key, limit_size
 ) VALUES (
     %(queue)s, %(task)s, %(rows)s::jsonb -> 0 -> 'args', %(rows)s::jsonb -> 0 -> 'kwargs',
     %(state)s, %(priority)s,
     COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
     %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb,
-    %(meta)s::jsonb, %(pending_dependencies)s
+    %(meta)s::jsonb, %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
 )
 ON CONFLICT (task, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND state IN ('waiting', 'ready', 'running')
@@ -155,17 +155,22 @@ WITH RECURSIVE shape AS MATERIALIZED (
                WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
                ORDER BY serial_key
                LIMIT 1
-           ) IS NULL AS plain
+           ) IS NULL
+           AND NOT ready.limited AS plain,
+           ready.limited
     FROM (
         SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
-               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last
+               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last,
+               EXISTS (
+                   SELECT 1 FROM dbqueue_job WHERE state = 'ready' AND limit_key IS NOT NULL
+               ) AS limited
     ) ready
 ),
 plain_chosen AS (
     SELECT id FROM dbqueue_job p
     WHERE (SELECT plain FROM shape)
       AND state = 'ready' AND queue = (SELECT queue FROM shape)
-      AND run_at <= statement_timestamp() AND serial_key IS NULL
+      AND run_at <= statement_timestamp() AND serial_key IS NULL AND limit_key IS NULL
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -268,12 +273,63 @@ keyless_chosen AS (
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM dbqueue_job g
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
-          AND serial_key IS NULL
+          AND serial_key IS NULL AND limit_key IS NULL
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE NOT (SELECT plain FROM shape)
+),
+limit_walk AS (
+    SELECT (
+        SELECT min(limit_key) FROM dbqueue_job
+        WHERE state = 'ready' AND limit_key IS NOT NULL
+    ) AS limit_key
+    WHERE (SELECT limited FROM shape)
+    UNION ALL
+    SELECT (
+        SELECT min(j.limit_key) FROM dbqueue_job j
+        WHERE j.state = 'ready' AND j.limit_key > w.limit_key
+    )
+    FROM limit_walk w
+    WHERE w.limit_key IS NOT NULL
+),
+limit_head AS (
+    SELECT w.limit_key, h.limit_size, h.priority, h.run_at, h.id
+    FROM limit_walk w
+    CROSS JOIN LATERAL (
+        SELECT id, limit_size, priority, run_at FROM dbqueue_job
+        WHERE state = 'ready' AND limit_key = w.limit_key AND run_at <= statement_timestamp()
+          AND queue IN (SELECT queue FROM served)
+        ORDER BY limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) h
+    WHERE w.limit_key IS NOT NULL
+      AND h.limit_size > (
+          SELECT count(*) FROM dbqueue_job r
+          WHERE r.state = 'running' AND r.limit_key = w.limit_key
+      )
+),
+limit_room AS MATERIALIZED (
+    SELECT limit_key, dbqueue_limit_room(limit_key, limit_size) AS room
+    FROM (
+        SELECT limit_key, limit_size FROM limit_head
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+    ) first_heads
+),
+limited_chosen AS (
+    SELECT c.id, c.queue, c.priority, c.run_at
+    FROM limit_room l
+    CROSS JOIN LATERAL (
+        SELECT id, queue, priority, run_at FROM dbqueue_job m
+        WHERE state = 'ready' AND limit_key = l.limit_key AND run_at <= statement_timestamp()
+          AND queue IN (SELECT queue FROM served)
+        ORDER BY limit_key, priority DESC, run_at, id
+        LIMIT l.room
+        FOR UPDATE SKIP LOCKED
+    ) c
+    WHERE l.room > 0
 ),
 candidate AS (
     SELECT id, queue,
@@ -282,6 +338,8 @@ candidate AS (
         SELECT id, queue, priority, run_at FROM keyless_chosen
         UNION ALL
         SELECT id, queue, priority, run_at FROM serial_chosen
+        UNION ALL
+        SELECT id, queue, priority, run_at FROM limited_chosen
     ) c
 ),
 chosen AS (
@@ -294,7 +352,7 @@ chosen AS (
     LIMIT %(limit)s)
 ),
 claimed_at AS MATERIALIZED (
-    SELECT clock_timestamp() AS at
+    SELECT clock_timestamp() AS at FROM (SELECT count(*) FROM limit_room) admitted
 ),
 paused AS MATERIALIZED (
     SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
