@@ -172,7 +172,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
         except InvalidJob as exc:
             raise InvalidTask(str(exc)) from exc
         run_at, _ = schedule(EnqueueOptions(run_at=task.run_after))
-        limit = limits.of_task(task.module_path, None, task.queue_name, conf.get())
+        limit = limits.of_task(task.module_path, None, None, task.queue_name, conf.get())
         spec = JobSpec(
             task=task.module_path,
             queue=task.queue_name,
@@ -183,6 +183,7 @@ class DatabaseQueueBackend(BaseTaskBackend):
             backend=self.alias,
             limit_key=limit.key,
             limit_size=limit.size,
+            limit_rate=limit.rate,
         )
         call = (list(args), dict(kwargs))
         rows = encode_calls(callee_of(task.module_path, task.func, task.takes_context), [call])

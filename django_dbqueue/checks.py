@@ -26,7 +26,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.loader import MigrationLoader
 from django.utils.module_loading import import_string
 
-from django_dbqueue import collation, conf, durations, sql
+from django_dbqueue import collation, conf, durations, limits, sql
 from django_dbqueue.retry import retry_problem
 from django_dbqueue.validation import (
     INT_MAX,
@@ -88,31 +88,39 @@ def check_settings(**_: Any) -> list[CheckMessage]:
         *_check_other_alias("LISTEN_DATABASE", merged["LISTEN_DATABASE"], "E017"),
         *_check_other_alias("READ_DATABASE", merged["READ_DATABASE"], "E018"),
         *_check_middleware(merged["MIDDLEWARE"]),
-        *_check_concurrency(merged["QUEUE_CONCURRENCY"], merged["KEY_CONCURRENCY"]),
+        *_check_limits(merged),
     ]
 
 
-def _check_concurrency(queues: object, keys: object) -> list[CheckMessage]:
-    """``QUEUE_CONCURRENCY``: queue names to sizes; ``KEY_CONCURRENCY``: a size or None
-    (``dbqueue.E021``). A size is a whole number from 1 (``limits``)."""
+def _check_limits(merged: dict[str, Any]) -> list[CheckMessage]:
+    """``QUEUE_CONCURRENCY`` and ``QUEUE_RATE``: queue names to sizes and rates;
+    ``KEY_CONCURRENCY`` and ``KEY_RATE``: a size, a rate or None (``dbqueue.E021``). A
+    size is a whole number from 1, a rate ``"N/m"`` and the like (``limits``)."""
     hint = (
-        "Write QUEUE_CONCURRENCY = {'queue name': N, ...} and KEY_CONCURRENCY = N or None, "
-        f"each N a whole number from 1 to {INT_MAX}."
+        "Write QUEUE_CONCURRENCY = {'queue name': N, ...}, QUEUE_RATE = {'queue name': "
+        f"'100/m', ...}}, KEY_CONCURRENCY = N or None and KEY_RATE = '10/s' or None: each N "
+        f"a whole number from 1 to {INT_MAX}; {limits.RATE_RULE}."
     )
+    checks = {
+        "CONCURRENCY": lambda value: is_whole(value, 1),
+        "RATE": limits.is_rate,
+    }
     problems = []
-    if not isinstance(queues, dict):
-        problems.append(f"DBQUEUE['QUEUE_CONCURRENCY'] is {queues!r}; it must be a dict.")
-    else:
-        problems.extend(
-            f"DBQUEUE['QUEUE_CONCURRENCY'] has {queue!r}: {size!r}; it must map a queue name "
-            "to a whole number from 1."
-            for queue, size in queues.items()
-            if not (is_queue_name(queue) and is_whole(size, 1))
-        )
-    if keys is not None and not is_whole(keys, 1):
-        problems.append(
-            f"DBQUEUE['KEY_CONCURRENCY'] is {keys!r}; it must be None or a whole number from 1."
-        )
+    for kind, valid in checks.items():
+        per_queue, per_key = merged[f"QUEUE_{kind}"], merged[f"KEY_{kind}"]
+        if not isinstance(per_queue, dict):
+            problems.append(f"DBQUEUE['QUEUE_{kind}'] is {per_queue!r}; it must be a dict.")
+        else:
+            problems.extend(
+                f"DBQUEUE['QUEUE_{kind}'] has {queue!r}: {value!r}, which is not a queue name "
+                f"and a {kind.lower()}."
+                for queue, value in per_queue.items()
+                if not (is_queue_name(queue) and valid(value))
+            )
+        if per_key is not None and not valid(per_key):
+            problems.append(
+                f"DBQUEUE['KEY_{kind}'] is {per_key!r}; it must be None or a {kind.lower()}."
+            )
     return [Error(message, hint=hint, id="dbqueue.E021") for message in problems]
 
 

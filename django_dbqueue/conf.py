@@ -45,7 +45,9 @@ DEFAULTS: dict[str, Any] = {
     "READ_DATABASE": None,
     "MIDDLEWARE": (),
     "QUEUE_CONCURRENCY": {},
+    "QUEUE_RATE": {},
     "KEY_CONCURRENCY": None,
+    "KEY_RATE": None,
 }
 
 #: The ``POOLER`` values: none (direct, or a session-mode pool), or a transaction-mode pool.
@@ -99,9 +101,12 @@ class QueueSettings:
     #: Queue name -> the most jobs of that queue running at once, across every worker
     #: (``limits``).
     queue_concurrency: dict[str, int]
-    #: The most jobs of one ``concurrency_key`` running at once when their task sets no
-    #: ``concurrency`` (None: such a key is refused).
+    #: Queue name -> the most jobs of that queue starting, as a rate (``"100/m"``).
+    queue_rate: dict[str, str]
+    #: The most jobs of one ``concurrency_key`` running at once, and its rate, when their
+    #: task sets no limit (both None: such a key is refused).
     key_concurrency: int | None
+    key_rate: str | None
 
     @property
     def reads_from(self) -> str:

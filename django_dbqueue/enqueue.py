@@ -66,6 +66,8 @@ class TaskDefaults(Protocol):
     def lease(self) -> float | None: ...
     @property
     def concurrency(self) -> int | None: ...
+    @property
+    def rate(self) -> str | None: ...
 
 
 class OneCall(Protocol):
@@ -105,7 +107,7 @@ class EnqueueOptions:
     #: The jobs (or ids) the new jobs wait for, and what they do when one of those fails.
     after: Sequence[Job | int] | None = None
     on_dependency_failure: str | None = None
-    #: The global concurrency limit the jobs share (``limits``): its size is the task's.
+    #: The global limit the jobs share (``limits``): sized and paced as the task's.
     concurrency_key: str | None = None
 
 
@@ -127,9 +129,10 @@ class JobSpec:
     backend: str | None = None
     #: What the enqueue hooks recorded (``middleware.enqueue_meta``); ``None``: nothing.
     meta: dict[str, Any] | None = None
-    #: The concurrency limit the jobs count against (``limits``): its name and size.
+    #: The limit the jobs count against (``limits``): its name, size and rate.
     limit_key: str | None = None
     limit_size: int | None = None
+    limit_rate: float | None = None
     #: The ids of the jobs each new job waits for (``using(after=...)``), in order.
     after: tuple[int, ...] = ()
     on_dependency_failure: str = OnFailure.CANCEL
@@ -366,7 +369,7 @@ def task_spec(task: Enqueueable, options: EnqueueOptions, cfg: conf.QueueSetting
     queue = options.queue if options.queue is not None else task.options.queue or cfg.default_queue
     priority = options.priority if options.priority is not None else task.options.priority
     queue = check_queue(queue, cfg.queues)
-    limit = limits.of_task(task.name, task.options.concurrency, queue, cfg)
+    limit = limits.of_task(task.name, task.options.concurrency, task.options.rate, queue, cfg)
     return JobSpec(
         task=task.name,
         queue=queue,
@@ -376,6 +379,7 @@ def task_spec(task: Enqueueable, options: EnqueueOptions, cfg: conf.QueueSetting
         lease_seconds=math.ceil(task.options.lease or cfg.lease_seconds),
         limit_key=limit.key,
         limit_size=limit.size,
+        limit_rate=limit.rate,
     )
 
 
@@ -400,7 +404,7 @@ def per_call_spec(spec: JobSpec, options: EnqueueOptions, cfg: conf.QueueSetting
     subject_type_id, subject_id = subject_columns(options.subject)
     run_at, delay = schedule(options)
     serial_key = optional_key("serial_key", options.serial_key)
-    limit = limits.Limit(spec.limit_key, spec.limit_size)
+    limit = limits.Limit(spec.limit_key, spec.limit_size, spec.limit_rate)
     concurrency_key = optional_key("concurrency_key", options.concurrency_key)
     if concurrency_key is not None:
         limit = limits.keyed(limit, concurrency_key, cfg)
@@ -413,6 +417,7 @@ def per_call_spec(spec: JobSpec, options: EnqueueOptions, cfg: conf.QueueSetting
         serial_key=serial_key,
         limit_key=limit.key,
         limit_size=limit.size,
+        limit_rate=limit.rate,
         subject_type_id=subject_type_id,
         subject_id=subject_id,
         after=dependency_ids(options.after),

@@ -197,13 +197,15 @@ class Job(models.Model):
     #: How many of the jobs this one depends on have not settled yet (``dependencies``):
     #: more than 0 exactly while it is ``waiting``, or ``cancelled`` by a failed dependency.
     pending_dependencies = models.PositiveIntegerField(default=0, db_default=0)
-    #: The global concurrency limit the job counts against (``limits``): ``task:<task>``,
+    #: The global limit the job counts against (``limits``): ``task:<task>``,
     #: ``queue:<queue>`` or ``key:<concurrency_key>``; NULL for a job under no limit. At
-    #: most ``limit_size`` jobs with one ``limit_key`` are ``running`` at once. (Not a
+    #: most ``limit_size`` jobs with one ``limit_key`` are ``running`` at once, and they
+    #: start at most ``limit_rate`` a second; either may be NULL, not both. (Not
     #: PositiveIntegerField: its CHECK would scan the table as the column is added;
-    #: ``dbqueue_job_limit_shape`` holds it above 0.)
+    #: ``dbqueue_job_limit_shape`` holds both above 0.)
     limit_key = models.CharField(max_length=300, null=True, blank=True)  # noqa: DJ001
     limit_size = models.IntegerField(null=True, blank=True)
+    limit_rate = models.FloatField(null=True, blank=True)
 
     objects: ClassVar[JobQuerySet] = JobQuerySet.as_manager()  # type: ignore[assignment]  # django-stubs types as_manager() as a Manager, not the QuerySet its methods return.
 
@@ -225,11 +227,19 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(max_attempts__gt=0), name="dbqueue_job_max_attempts_positive"
             ),
-            # A limited job names its limit and size, and has no serial key (which is a
-            # limit of its own): the claim takes serial and limited jobs on separate paths.
+            # A limited job names its limit and a size or a rate (or both), and has no
+            # serial key (which is a limit of its own): the claim takes serial and limited
+            # jobs on separate paths.
             models.CheckConstraint(
-                condition=Q(limit_key__isnull=True, limit_size__isnull=True)
-                | Q(limit_key__isnull=False, limit_size__gt=0, serial_key__isnull=True),
+                condition=Q(
+                    limit_key__isnull=True, limit_size__isnull=True, limit_rate__isnull=True
+                )
+                | (
+                    Q(limit_key__isnull=False, serial_key__isnull=True)
+                    & (Q(limit_size__isnull=True) | Q(limit_size__gt=0))
+                    & (Q(limit_rate__isnull=True) | Q(limit_rate__gt=0))
+                    & (Q(limit_size__isnull=False) | Q(limit_rate__isnull=False))
+                ),
                 name="dbqueue_job_limit_shape",
             ),
             models.CheckConstraint(
@@ -562,3 +572,25 @@ class QueuePause(models.Model):
         return f"{self.queue} paused" + (
             f" until {self.until:%Y-%m-%d %H:%M:%S}" if self.until else ""
         )
+
+
+class RateBucket(models.Model):
+    """The pace of one rate-limited limit (``limits``): when its next start is due.
+
+    ``due_at`` is the GCRA's theoretical arrival time: a start is admitted while
+    ``due_at`` is at most ``(burst - 1) / rate`` seconds ahead of the database clock,
+    and each start moves it ``1 / rate`` seconds on (from now, if it lay behind). The
+    claim writes it, for the jobs it started, under the limit's lock; a row whose
+    ``due_at`` has passed says no more than no row, and the reaper deletes it.
+    """
+
+    limit_key = models.CharField(max_length=300, primary_key=True)
+    due_at = models.DateTimeField()
+    #: Starts per second, as the latest claim paced it (for the idle claimer's wake-up).
+    rate = models.FloatField()
+
+    class Meta:
+        db_table = "dbqueue_rate_bucket"
+
+    def __str__(self) -> str:
+        return f"{self.limit_key} paced at {self.rate:g}/s"

@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
-from django_dbqueue import conf, leases, pauses, runnable, sql
+from django_dbqueue import conf, leases, limits, pauses, runnable, sql
 from django_dbqueue.models import UNFINISHED_STATES, Dependency, Job, JobState, UtcNow
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
 
 
 def sweep() -> tuple[int, int]:
-    """Delete the pauses that ended, recover every expired lease (``reap`` batch by batch),
-    then purge for a while.
+    """Delete the pauses that ended and the rate limits' old paces, recover every expired
+    lease (``reap`` batch by batch), then purge for a while.
 
     The purge stops once ``PURGE_SHARE`` of ``REAPER_INTERVAL`` is spent
     (after one batch at least), so a lease that expires during a large purge
@@ -51,6 +51,7 @@ def sweep() -> tuple[int, int]:
     Returns ``(recovered, purged)``.
     """
     pauses.sweep()
+    limits.sweep()
     recovered = 0
     while True:
         result = reap()

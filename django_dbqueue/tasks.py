@@ -60,6 +60,8 @@ class TaskOptions:
     takes_context: bool = False
     #: The most jobs of this task running at once, across every worker (``limits``).
     concurrency: int | None = None
+    #: The most jobs of this task starting, as a rate (``"100/m"``), across every worker.
+    rate: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -159,8 +161,9 @@ class Task(Generic[P, R]):
         ready; when one ends ``dead`` or ``cancelled`` it is cancelled too
         (``on_dependency_failure="cancel"``, code ``DEPENDENCY_FAILED``) or runs
         anyway once they have all finished (``"run"``: a ``finally`` step). Jobs
-        sharing a ``concurrency_key`` run at most the task's ``concurrency`` (else
-        ``DBQUEUE["KEY_CONCURRENCY"]``) at once, across every worker (``limits``).
+        sharing a ``concurrency_key`` run at most the task's ``concurrency`` at once and
+        start at most at its ``rate`` (else ``DBQUEUE["KEY_CONCURRENCY"]``,
+        ``["KEY_RATE"]``), across every worker (``limits``).
         """
         options = EnqueueOptions(
             delay,
@@ -242,6 +245,7 @@ def task(
     give_up_on: Iterable[type[BaseException]] = (),
     takes_context: Literal[True],
     concurrency: int | None = None,
+    rate: str | None = None,
 ) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
 @overload
 def task(
@@ -255,6 +259,7 @@ def task(
     give_up_on: Iterable[type[BaseException]] = (),
     takes_context: Literal[False] = False,
     concurrency: int | None = None,
+    rate: str | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 def task(  # type: ignore[misc]  # the implementation accepts both overloads' functions.
     func: Callable[P, R] | None = None,
@@ -269,14 +274,16 @@ def task(  # type: ignore[misc]  # the implementation accepts both overloads' fu
     give_up_on: Iterable[type[BaseException]] = (),
     takes_context: bool = False,
     concurrency: int | None = None,
+    rate: str | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Declare a background task: ``@task`` or ``@task(queue="mail", ...)``.
 
     ``max_attempts``, ``lease`` (seconds, rounded up to whole seconds) and ``retry`` default to the
     ``DBQUEUE`` settings when the job is enqueued or retried. ``give_up_on``
     exception types make a failure permanent. ``concurrency=N``: at most N jobs of
-    the task run at once across every worker, or N per ``concurrency_key`` for jobs
-    enqueued with one (``limits``). Bad options raise ``InvalidJob`` at import time.
+    the task run at once across every worker; ``rate="100/m"``: at most so many start
+    (``limits``); per ``concurrency_key`` for jobs enqueued with one. Bad options
+    raise ``InvalidJob`` at import time.
     """
     options = TaskOptions(
         queue,
@@ -288,6 +295,7 @@ def task(  # type: ignore[misc]  # the implementation accepts both overloads' fu
         tuple(give_up_on),
         takes_context,
         concurrency,
+        rate,
     )
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:
@@ -309,6 +317,8 @@ def validate_task_options(options: TaskOptions) -> None:
         check_seconds("timeout", options.timeout)
     if options.concurrency is not None:
         limits.check_size("concurrency", options.concurrency)
+    if options.rate is not None:
+        limits.parse_rate("rate", options.rate)
     if options.retry is not None and not isinstance(options.retry, Backoff):
         raise InvalidJob(f"retry must be a Backoff(...), not {options.retry!r}.")
     for kind in options.give_up_on:

@@ -55,7 +55,7 @@ WITH inserted AS (
         queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
         lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
         subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-        pending_dependencies, limit_key, limit_size
+        pending_dependencies, limit_key, limit_size, limit_rate
     )
     SELECT
         %(queue)s, %(task)s, item.value -> 'args', item.value -> 'kwargs', %(state)s,
@@ -64,7 +64,8 @@ WITH inserted AS (
                  statement_timestamp() + make_interval(secs => %(delay)s)),
         0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
         %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '',
-        '[]'::jsonb, %(meta)s::jsonb, %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
+        '[]'::jsonb, %(meta)s::jsonb, %(pending_dependencies)s, %(limit_key)s, %(limit_size)s,
+        %(limit_rate)s
     FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS item(value, position)
     ORDER BY item.position
     ON CONFLICT (task, dedupe_key)
@@ -87,14 +88,14 @@ INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
     subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-    pending_dependencies, limit_key, limit_size
+    pending_dependencies, limit_key, limit_size, limit_rate
 ) VALUES (
     %(queue)s, %(task)s, %(rows)s::jsonb -> 0 -> 'args', %(rows)s::jsonb -> 0 -> 'kwargs',
     %(state)s, %(priority)s,
     COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, statement_timestamp(), %(dedupe_key)s,
     %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]'::jsonb,
-    %(meta)s::jsonb, %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
+    %(meta)s::jsonb, %(pending_dependencies)s, %(limit_key)s, %(limit_size)s, %(limit_rate)s
 )
 ON CONFLICT (task, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND state IN ('waiting', 'ready', 'running')
@@ -295,25 +296,25 @@ limit_walk AS (
     WHERE w.limit_key IS NOT NULL
 ),
 limit_head AS (
-    SELECT w.limit_key, h.limit_size, h.priority, h.run_at, h.id
+    SELECT w.limit_key, h.limit_size, h.limit_rate, h.priority, h.run_at, h.id
     FROM limit_walk w
     CROSS JOIN LATERAL (
-        SELECT id, limit_size, priority, run_at FROM dbqueue_job
+        SELECT id, limit_size, limit_rate, priority, run_at FROM dbqueue_job
         WHERE state = 'ready' AND limit_key = w.limit_key AND run_at <= statement_timestamp()
           AND queue IN (SELECT queue FROM served)
         ORDER BY limit_key, priority DESC, run_at, id
         LIMIT 1
     ) h
     WHERE w.limit_key IS NOT NULL
-      AND h.limit_size > (
+      AND (h.limit_size IS NULL OR h.limit_size > (
           SELECT count(*) FROM dbqueue_job r
           WHERE r.state = 'running' AND r.limit_key = w.limit_key
-      )
+      ))
 ),
 limit_room AS MATERIALIZED (
-    SELECT limit_key, dbqueue_limit_room(limit_key, limit_size) AS room
+    SELECT limit_key, dbqueue_limit_room(limit_key, limit_size, limit_rate) AS room
     FROM (
-        SELECT limit_key, limit_size FROM limit_head
+        SELECT limit_key, limit_size, limit_rate FROM limit_head
         ORDER BY priority DESC, run_at, id
         LIMIT %(limit)s
     ) first_heads
@@ -326,7 +327,7 @@ limited_chosen AS (
         WHERE state = 'ready' AND limit_key = l.limit_key AND run_at <= statement_timestamp()
           AND queue IN (SELECT queue FROM served)
         ORDER BY limit_key, priority DESC, run_at, id
-        LIMIT l.room
+        LIMIT least(l.room, %(limit)s)
         FOR UPDATE SKIP LOCKED
     ) c
     WHERE l.room > 0
@@ -356,8 +357,9 @@ claimed_at AS MATERIALIZED (
 ),
 paused AS MATERIALIZED (
     SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
-)
-UPDATE dbqueue_job j
+),
+claimed AS (
+    UPDATE dbqueue_job j
 SET state = 'running',
     attempts = j.attempts + 1,
     lease_token = j.lease_token + 1,
@@ -365,10 +367,28 @@ SET state = 'running',
     last_worker_id = %(worker_id)s,
     lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
     started_at = (SELECT at FROM claimed_at)
-WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-  AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
-RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
+    WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+      AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
+    RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+              j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta,
+              j.limit_key, j.limit_rate
+),
+paced AS (
+    INSERT INTO dbqueue_rate_bucket AS b (limit_key, due_at, rate)
+    SELECT limit_key,
+           (SELECT at FROM claimed_at) + make_interval(secs => count(*) / max(limit_rate)),
+           max(limit_rate)
+    FROM claimed
+    WHERE limit_rate IS NOT NULL
+    GROUP BY limit_key
+    ON CONFLICT (limit_key) DO UPDATE
+    SET due_at = greatest(b.due_at, (SELECT at FROM claimed_at))
+                 + (EXCLUDED.due_at - (SELECT at FROM claimed_at)),
+        rate = EXCLUDED.rate
+)
+SELECT id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until, lease_seconds,
+       queue, priority, run_at, backend, meta
+FROM claimed;
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
@@ -401,7 +421,9 @@ RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attem
 -- from the highest down (one index probe per priority present) and each priority's next
 -- run_at is the first entry after the clock: a handful of probes whatever the backlog.
 -- A pause of a served queue that ends by itself (until) is due then too: its jobs are
--- claimable from that moment.
+-- claimable from that moment. So is the next start of a rate-limited limit with due jobs
+-- (dbqueue_rate_bucket: its due_at less the burst, the moment dbqueue_limit_room admits
+-- one again); the table holds a row per limit paced in the last hour (the reaper's sweep).
 WITH RECURSIVE ready_queue AS (
     SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
     UNION ALL
@@ -442,6 +464,21 @@ FROM (
       AND (%(queues)s::jsonb IS NULL OR p.queue IN (
           SELECT value FROM jsonb_array_elements_text(%(queues)s::jsonb)
       ))
+    UNION ALL
+    SELECT paced.at FROM (
+        SELECT b.limit_key,
+               b.due_at - make_interval(secs => (greatest(1, floor(b.rate / 10)) - 1) / b.rate) AS at
+        FROM dbqueue_rate_bucket b
+    ) paced
+    WHERE paced.at > clock_timestamp()
+      AND EXISTS (
+          SELECT 1 FROM dbqueue_job j
+          WHERE j.state = 'ready' AND j.limit_key = paced.limit_key
+            AND j.run_at <= clock_timestamp()
+            AND (%(queues)s::jsonb IS NULL OR j.queue IN (
+                SELECT value FROM jsonb_array_elements_text(%(queues)s::jsonb)
+            ))
+      )
 ) due;
 
 -- name: pause_queues

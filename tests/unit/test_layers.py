@@ -26,6 +26,7 @@ PROTOCOL = {
     "exceptions",
     "jsontext",
     "leases",
+    "limits",
     "logfields",
     "pauses",
     "progress",
