@@ -5,15 +5,18 @@ reports when it started and ended by the database clock, and no moment has
 more than 3 of them running (nor of their rows, from the claim's ``started_at``
 to the completion's ``finished_at``), while the drain keeps the 3 slots busy.
 The same per key: 10 tenants of 2 slots each. A worker killed while it holds
-its slots holds them until the reaper frees them, then the rest run.
+its slots holds them until the reaper frees them, then the rest run. A rate of
+20 starts a second, on four workers: no second holds more than the rate and
+its burst, and the drain keeps the rate.
 """
 
 from __future__ import annotations
 
+import bisect
 import signal
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,9 +24,10 @@ from django.db import transaction
 from django.db.models import Max, Min
 
 from django_dbqueue import Job
+from django_dbqueue.limits import burst
 from django_dbqueue.models import JobState
 from tests.e2e.conftest import WorkerProcess
-from tests.jobs.limit_tasks import TASK_LIMIT, TENANT_LIMIT, held, limited, per_tenant
+from tests.jobs.limit_tasks import RATE, TASK_LIMIT, TENANT_LIMIT, held, limited, paced, per_tenant
 from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
@@ -158,3 +162,34 @@ def test_the_slots_of_a_killed_worker_free_once_the_reaper_takes_its_leases(
     assert all(job.attempts == 1 for job in others)
     second.send(signal.SIGTERM)
     assert second.wait() == 0, second.log()
+
+
+def test_a_rate_of_20_a_second_holds_across_four_workers_over_ten_seconds(
+    start_worker: StartWorker,
+) -> None:
+    workers = [start_worker("--concurrency", "4") for _ in range(4)]
+    for worker in workers:
+        worker.wait_for_log("worker started")
+    jobs = 10 * RATE
+    with transaction.atomic():
+        paced.enqueue_many([((), {})] * jobs)
+    wait_until(
+        lambda: Job.objects.filter(state=JobState.SUCCEEDED).count() == jobs,
+        timeout=60,
+        what="the paced jobs to drain",
+    )
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait() == 0, worker.log()
+
+    starts = sorted(Job.objects.values_list("started_at", flat=True))
+    second = timedelta(seconds=1)
+    busiest = max(
+        bisect.bisect_left(starts, start + second) - index for index, start in enumerate(starts)
+    )
+    seconds = (starts[-1] - starts[0]).total_seconds()
+    rate = (jobs - burst(RATE)) / seconds
+    print(f"busiest second {busiest} starts, long-run {rate:.2f}/s over {seconds:.2f} s")
+    assert busiest <= RATE + burst(RATE)
+    assert abs(rate - RATE) <= RATE / 10

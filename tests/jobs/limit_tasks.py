@@ -18,6 +18,8 @@ from tests.jobs.e2e_tasks import GATE_TIMEOUT
 #: The size of ``limited``'s limit, and of each tenant's for ``per_tenant``.
 TASK_LIMIT = 3
 TENANT_LIMIT = 2
+#: ``paced``'s rate, in starts per second.
+RATE = 20
 
 
 def timed(milliseconds: int) -> dict[str, str]:
@@ -50,3 +52,8 @@ def held(folder: str) -> None:
     deadline = time.monotonic() + GATE_TIMEOUT
     while hold.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+@task(rate=f"{RATE}/s")
+def paced() -> None:
+    """Does nothing: ``RATE`` of these start a second, on every worker together."""
