@@ -1,6 +1,8 @@
 """What the admin shows above the job list: queue health, a throughput chart, periodic schedules.
 
-The health table also says which queues are paused, and offers (to users who may
+Below the queues, the limits with ready or running jobs (``stats.limit_stats``): each
+limit's size and rate, running jobs and ready jobs waiting on it. The health table also says
+which queues are paused, and offers (to users who may
 change jobs) a Pause or Resume button per queue; ``PauseForm`` and ``QueueForm``
 check what those buttons post, ``paused_message`` says what a pause did.
 """
@@ -242,6 +244,7 @@ def context(now: datetime | None = None) -> dict[str, Any]:
     bars, tallest = chart_bars(now)
     return {
         "queue_health": queue_rows(now),
+        "limit_health": stats.limit_stats(),
         "periodic_schedules": schedule_rows(now),
         "oldest_ready_warning": conf.get().oldest_ready_warning,
         "pause_periods": PAUSE_PERIODS,

@@ -2,14 +2,15 @@
 
 Import this module only where metrics are wanted: it needs ``prometheus-client``
 (``pip install "django-dbqueue[prometheus]"``). Worker samples are read at scrape
-time from its ``WorkerCounters``; the queue gauges from ``queue_stats()`` at most once
-per ``QUEUE_STATS_TTL`` seconds, however many scrapes come in. Nothing is
+time from its ``WorkerCounters``; the queue gauges from ``queue_stats()`` and the limit
+gauges from ``limit_stats()`` at most once per ``QUEUE_STATS_TTL`` seconds, however many
+scrapes come in. Nothing is
 registered in prometheus_client's global registry, so a project's own metrics
 never clash.
 
-- ``queue_metrics_view``: the queue gauges, for a project's URLconf.
+- ``queue_metrics_view``: the queue and limit gauges, for a project's URLconf.
 - ``serve(...)``: what ``runworkers --metrics-port`` starts: the worker's
-  counters and histograms plus the queue gauges on a small HTTP server thread.
+  counters and histograms plus the queue and limit gauges on a small HTTP server thread.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from django.core.exceptions import ImproperlyConfigured
@@ -28,7 +30,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from django_dbqueue import conf
-from django_dbqueue.stats import QueueStats, queue_stats
+from django_dbqueue.stats import LimitStats, QueueStats, limit_stats, queue_stats
 from django_dbqueue.worker.counters import HistogramSnapshot, WorkerCounters
 
 INSTALL_HINT = (
@@ -53,8 +55,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
 log = logging.getLogger(__name__)
 
-#: Seconds the queue gauges are served from one read of ``queue_stats()``: an
-#: unauthenticated scrape flood costs the database one read (two queries) per interval.
+#: Seconds the queue and limit gauges are served from one read of ``queue_stats()`` and
+#: ``limit_stats()``: an unauthenticated scrape flood costs the database one read (three
+#: queries) per interval.
 QUEUE_STATS_TTL = 5.0
 #: ``QueueStats`` field -> (gauge name, help), labelled ``queue``.
 QUEUE_GAUGES = {
@@ -86,6 +89,25 @@ QUEUE_GAUGES = {
     "paused": (
         "dbqueue_queue_paused",
         "1 while the queue is paused (no worker claims its jobs), 0 otherwise.",
+    ),
+}
+#: ``LimitStats`` field -> (gauge name, help), labelled ``limit`` (its ``limit_key``).
+LIMIT_GAUGES = {
+    "running": (
+        "dbqueue_limit_running",
+        "Running jobs of the limit: the slots taken.",
+    ),
+    "waiting": (
+        "dbqueue_limit_waiting",
+        "Ready jobs of the limit; none is claimed while running equals size.",
+    ),
+    "size": (
+        "dbqueue_limit_size",
+        "Most jobs of the limit that run at once (0: it has a rate only).",
+    ),
+    "rate": (
+        "dbqueue_limit_rate",
+        "Most jobs of the limit that start a second (0: it has a size only).",
     ),
 }
 #: ``WorkerCounters`` counter -> (counter name, help), labelled ``worker_id``.
@@ -137,7 +159,19 @@ TASK_HISTOGRAMS = {
 }
 
 
-class CachedStats:
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Readings:
+    """One read for the gauges: the queues (``queue_stats()`` plus the configured queues)
+    and the limits with ready or running jobs (``limit_stats()``)."""
+
+    queues: dict[str, QueueStats]
+    limits: list[LimitStats]
+
+
+class CachedStats(Generic[T]):
     """What ``read`` returns, read at most once per ``ttl`` seconds and shared by every caller.
 
     Callers arriving while a read runs wait for it instead of reading too, so
@@ -148,7 +182,7 @@ class CachedStats:
 
     def __init__(
         self,
-        read: Callable[[], dict[str, QueueStats] | None],
+        read: Callable[[], T | None],
         ttl: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -156,10 +190,10 @@ class CachedStats:
         self.ttl = ttl
         self.clock = clock
         self._lock = threading.Lock()
-        self._value: dict[str, QueueStats] | None = None
+        self._value: T | None = None
         self._read_at = -math.inf
 
-    def get(self) -> dict[str, QueueStats] | None:
+    def get(self) -> T | None:
         with self._lock:
             if self.clock() - self._read_at >= self.ttl:
                 self._value = self.read()
@@ -173,11 +207,14 @@ class CachedStats:
 
 
 class QueueCollector:
-    """Queue gauges from ``queue_stats()``, read at most once per ``QUEUE_STATS_TTL``.
+    """Queue gauges from ``queue_stats()`` and limit gauges from ``limit_stats()``, read
+    together at most once per ``QUEUE_STATS_TTL``.
 
     Every queue ``queue_stats()`` lists (jobs, or a pause) has a sample in each
     gauge, and queues named in ``DBQUEUE['QUEUES']`` always appear (zeros when
     idle, ``dbqueue_queue_paused`` 0 unless paused) so alerts see a series.
+    Only limits with ready or running jobs have samples, so a limit's series end
+    once its jobs all finished; with no such limit the limit gauges are left out.
     With ``own_connection`` (a scrape thread outside Django's request cycle)
     the thread's connection is closed after each read, and a database error
     leaves the gauges out instead of failing the whole scrape.
@@ -188,28 +225,44 @@ class QueueCollector:
         self.stats = CachedStats(self._read, QUEUE_STATS_TTL)
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.stats.get()
-        if stats is None:
+        readings = self.stats.get()
+        if readings is None:
             return
-        families = {
-            field: GaugeMetricFamily(name, help_text, labels=["queue"])
-            for field, (name, help_text) in QUEUE_GAUGES.items()
-        }
-        for queue, values in sorted(stats.items()):
-            for field, family in families.items():
-                family.add_metric([queue], getattr(values, field) or 0)
-        yield from families.values()
+        yield from gauges(QUEUE_GAUGES, "queue", sorted(readings.queues.items()))
+        if readings.limits:
+            limits = [(limit.limit, limit) for limit in readings.limits]
+            yield from gauges(LIMIT_GAUGES, "limit", limits)
 
-    def _read(self) -> dict[str, QueueStats] | None:
+    def _read(self) -> Readings | None:
         if not self.own_connection:
-            return with_configured_queues(queue_stats())
+            return read_gauges()
         try:
-            return with_configured_queues(queue_stats())
+            return read_gauges()
         except DatabaseError as exc:
             log.warning("metrics scrape left out queue gauges, database error: %s", exc)
             return None
         finally:
             connections[conf.get().reads_from].close()
+
+
+def gauges(
+    fields: dict[str, tuple[str, str]], label: str, rows: Iterable[tuple[str, object]]
+) -> list[GaugeMetricFamily]:
+    """One gauge per ``fields`` entry (field -> name, help), with a sample per row of ``rows``
+    (label value, object read): its field's value, ``None`` as 0."""
+    families = {
+        field: GaugeMetricFamily(name, help_text, labels=[label])
+        for field, (name, help_text) in fields.items()
+    }
+    for value, values in rows:
+        for field, family in families.items():
+            family.add_metric([value], getattr(values, field) or 0)
+    return list(families.values())
+
+
+def read_gauges() -> Readings:
+    """The queues (with the configured ones) and the limits, as the gauges show them."""
+    return Readings(with_configured_queues(queue_stats()), limit_stats())
 
 
 def with_configured_queues(stats: dict[str, QueueStats]) -> dict[str, QueueStats]:
@@ -276,14 +329,15 @@ def prometheus_buckets(histogram: HistogramSnapshot) -> list[tuple[str, float]]:
 
 
 def queue_registry(*, own_connection: bool = False) -> CollectorRegistry:
-    """A private registry holding only the queue gauges."""
+    """A private registry holding only the queue and limit gauges."""
     registry = CollectorRegistry()
     registry.register(QueueCollector(own_connection=own_connection))
     return registry
 
 
 def worker_registry(worker_id: str, counters: WorkerCounters) -> CollectorRegistry:
-    """A private registry with a worker's counters and histograms plus the queue gauges."""
+    """A private registry with a worker's counters and histograms plus the queue and limit
+    gauges."""
     registry = queue_registry(own_connection=True)
     registry.register(WorkerCollector(worker_id, counters))
     return registry
@@ -297,7 +351,8 @@ _VIEW_REGISTRY.register(VIEW_COLLECTOR)
 
 @require_GET
 def queue_metrics_view(request: HttpRequest) -> HttpResponse:
-    """The queue gauges in Prometheus' text format, read at most once per ``QUEUE_STATS_TTL``.
+    """The queue and limit gauges in Prometheus' text format, read at most once per
+    ``QUEUE_STATS_TTL``.
 
     Not protected by itself: wrap it (``staff_member_required``, a token
     check) or expose it only to the scraper's network.
@@ -325,7 +380,7 @@ class MetricsServer:
 
 
 def serve(worker_id: str, counters: WorkerCounters, host: str, port: int) -> MetricsServer:
-    """Serve a worker's metrics and the queue gauges at ``http://host:port/metrics``.
+    """Serve a worker's metrics and the queue and limit gauges at ``http://host:port/metrics``.
 
     Port 0 picks a free port (read it from ``.address``). A port in use or an
     unknown host raises ``ImproperlyConfigured`` saying so.

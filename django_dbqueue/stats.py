@@ -3,16 +3,29 @@
 Each summary is one query, grouped per state over the rows that can matter
 (waiting, ready, running, dead, blocked, and succeeded within the last hour),
 each through its partial index, so its cost does not grow with the number of
-old finished rows, plus one read of the small table of paused queues.
+old finished rows, plus one read of the small table of paused queues. The load
+of each concurrency limit (``limit_stats``) is one more query, through the two
+partial indexes of limited jobs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, DateTimeField, Exists, Min, OuterRef, Q, QuerySet, Value
+from django.db.models import (
+    Count,
+    DateTimeField,
+    Exists,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+)
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
@@ -165,14 +178,86 @@ def _queue_stats(now: datetime, counts: dict[str, Any], pause: QueuePause | None
     )
 
 
-def as_json(stats: dict[str, QueueStats]) -> dict[str, Any]:
-    """The documented ``dbqueue_stats --json`` shape: ``{"queues": {name: {...}}}``.
+@dataclass(frozen=True)
+class LimitStats:
+    """One limit's load: why its ready jobs may wait.
+
+    ``limit``: the ``limit_key`` its jobs carry (``task:<task>``, ``queue:<queue>`` or
+    ``key:<concurrency_key>``). ``size``: at most this many of its jobs run at once, and
+    ``rate``: at most this many start a second (the largest ``limit_size`` and
+    ``limit_rate`` among its ready and running jobs: jobs enqueued before the limit changed
+    keep the ones they were enqueued with); ``None`` where the limit has none.
+    ``running``: its jobs under a lease. ``waiting``: its ``ready`` jobs, due or not yet
+    due; while ``running`` equals ``size`` (``full``) no worker claims them.
+    """
+
+    limit: str
+    size: int | None
+    rate: float | None
+    running: int
+    waiting: int
+
+    @property
+    def pace(self) -> str:
+        """The rate as operators read it: ``"20/s"``, ``"0.5/s"``; ``"-"`` for none."""
+        return "-" if self.rate is None else f"{self.rate:g}/s"
+
+    @property
+    def full(self) -> bool:
+        """Whether every slot is taken: its ready jobs wait for one to free."""
+        return self.size is not None and self.running >= self.size
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name, ready for JSON."""
+        return asdict(self)
+
+
+def limit_stats() -> list[LimitStats]:
+    """The load of every limit with at least one ready or running job, by limit name (in code
+    point order, the same on every database, whatever its collation).
+
+    One grouped query on ``READ_DATABASE`` (like ``queue_stats``), over the ready and the
+    running limited jobs only: on PostgreSQL through the partial indexes
+    ``dbqueue_job_ready_limited`` and ``dbqueue_job_running_limited``, so its cost follows
+    the limited jobs not yet finished, never the history. A limit whose jobs all finished
+    is not listed.
+    """
+    ready, running = Q(state=JobState.READY), Q(state=JobState.RUNNING)
+    rows = (
+        Job.objects.using(conf.get().reads_from)
+        # An OR, not state__in: PostgreSQL proves each arm against one partial index.
+        .filter(ready | running, limit_key__isnull=False)
+        .order_by()
+        .values("limit_key")
+        .annotate(
+            size=Max("limit_size"),
+            rate=Max("limit_rate"),
+            running=Count("id", filter=running),
+            waiting=Count("id", filter=ready),
+        )
+    )
+    limits = [
+        LimitStats(row["limit_key"], row["size"], row["rate"], row["running"], row["waiting"])
+        for row in rows
+    ]
+    return sorted(limits, key=lambda limit: limit.limit)
+
+
+def as_json(stats: dict[str, QueueStats], limits: Sequence[LimitStats] = ()) -> dict[str, Any]:
+    """The documented ``dbqueue_stats --json`` shape:
+    ``{"queues": {name: {...}}, "limits": [{...}, ...]}``.
 
     Each queue: its counts, ``oldest_ready_age_seconds`` (``null``: none due),
     ``paused`` (``true``/``false``) and ``paused_until`` (ISO 8601 in UTC, such
     as ``"2025-03-01T14:05:00+00:00"``; ``null``: until resumed, or not paused).
+    ``limits``: each limit of ``limits`` (``limit_stats()``), in their order, as
+    ``{"limit", "size", "rate", "running", "waiting"}`` (``size`` and ``rate``: ``null``
+    where the limit has none; ``rate`` in starts a second); always present, ``[]`` for none.
     """
-    return {"queues": {name: queue.as_dict() for name, queue in stats.items()}}
+    return {
+        "queues": {name: queue.as_dict() for name, queue in stats.items()},
+        "limits": [limit.as_dict() for limit in limits],
+    }
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class TestQueueMetricsView:
         for index in range(5):
             JobFactory(queue=f"q{index}")
             JobFactory(queue=f"q{index}", dead=True)
-        with django_assert_num_queries(2):  # queue_stats(): the jobs, the pauses
+        with django_assert_num_queries(3):  # queue_stats(): the jobs, the pauses; the limits
             response = client.get("/metrics")
         assert response.status_code == 200
 
@@ -179,7 +179,7 @@ class TestQueueMetricsView:
         self, client: Client, django_assert_num_queries: DjangoAssertNumQueries
     ) -> None:
         JobFactory(queue="mail", dead=True)
-        with django_assert_num_queries(2):  # one queue_stats(): the jobs, the pauses
+        with django_assert_num_queries(3):  # one read: the jobs, the pauses, the limits
             pages = [client.get("/metrics").content for _ in range(50)]
         assert len(set(pages)) == 1
         assert value(parse(pages[0].decode())[1], "dbqueue_queue_dead_jobs", queue="mail") == 1

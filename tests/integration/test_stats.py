@@ -53,7 +53,8 @@ EXPECTED = {
             "paused": False,
             "paused_until": None,
         },
-    }
+    },
+    "limits": [],
 }
 
 
@@ -175,7 +176,7 @@ def test_empty_database_prints_a_friendly_line_and_empty_json() -> None:
     assert run().strip() == (
         "No queue has waiting, ready, running, dead, blocked or recently succeeded jobs."
     )
-    assert json.loads(run("--json")) == {"queues": {}}
+    assert json.loads(run("--json")) == {"queues": {}, "limits": []}
 
 
 @pytest.mark.parametrize(

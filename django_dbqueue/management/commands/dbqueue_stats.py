@@ -1,4 +1,4 @@
-"""``manage.py dbqueue_stats``: queue health in the terminal, as a table or JSON."""
+"""``manage.py dbqueue_stats``: queue health and limit load in the terminal, as tables or JSON."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_dbqueue import clock, conf
 from django_dbqueue.management.options import INTERVAL
-from django_dbqueue.stats import QueueStats, as_json, queue_stats
+from django_dbqueue.stats import LimitStats, QueueStats, as_json, limit_stats, queue_stats
 
 COLUMNS = (
     "queue",
@@ -28,8 +28,10 @@ COLUMNS = (
     "oldest ready",
     "paused",
 )
+#: The columns of the limits table, below the queues' (when a limit has ready or running jobs).
+LIMIT_COLUMNS = ("limit", "size", "rate", "running", "waiting")
 #: The columns read as text, left-aligned; the counts between them are right-aligned.
-TEXT_COLUMNS = {"queue", "oldest ready", "paused"}
+TEXT_COLUMNS = {"queue", "oldest ready", "paused", "limit"}
 #: A pause ending within this long shows its time of day alone (the next one); a later end
 #: shows its date too.
 TIME_OF_DAY_WITHIN = timedelta(days=1)
@@ -99,14 +101,7 @@ def table(stats: dict[str, QueueStats], warning: float) -> str:
         ]
         for name, queue in stats.items()
     ]
-    widths = [max(len(row[i]) for row in [list(COLUMNS), *rows]) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if column in TEXT_COLUMNS else cell.rjust(width)
-            for column, cell, width in zip(COLUMNS, row, widths, strict=True)
-        ).rstrip()
-        for row in [list(COLUMNS), *rows]
-    ]
+    lines = aligned(COLUMNS, rows)
     if any(is_stale(queue, warning) for queue in stats.values()):
         lines.append(
             f"{STALE} the oldest ready job has waited longer than OLDEST_READY_WARNING "
@@ -115,12 +110,43 @@ def table(stats: dict[str, QueueStats], warning: float) -> str:
     return "\n".join(lines)
 
 
+def limits_table(limits: list[LimitStats]) -> str:
+    """One row per limit, in ``LIMIT_COLUMNS`` order; empty text when there is none."""
+    if not limits:
+        return ""
+    rows = [
+        [
+            limit.limit,
+            "-" if limit.size is None else str(limit.size),
+            limit.pace,
+            str(limit.running),
+            str(limit.waiting),
+        ]
+        for limit in limits
+    ]
+    return "\n".join(aligned(LIMIT_COLUMNS, rows))
+
+
+def aligned(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    """The header and ``rows`` as lines, each column as wide as its widest cell; text cells
+    (``TEXT_COLUMNS``) left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in [list(columns), *rows]) for i in range(len(columns))]
+    return [
+        "  ".join(
+            cell.ljust(width) if column in TEXT_COLUMNS else cell.rjust(width)
+            for column, cell, width in zip(columns, row, widths, strict=True)
+        ).rstrip()
+        for row in [list(columns), *rows]
+    ]
+
+
 class Command(BaseCommand):
     help = (
         "Show each queue's health: waiting (for the jobs they depend on), ready (due), "
         "scheduled, running, leases expiring within 30 s, dead, blocked (cancelled by a failed "
         "dependency), succeeded in the last hour, the oldest ready job's age, and whether the "
-        "queue is paused (yes: until resumed; or until when)."
+        "queue is paused (yes: until resumed; or until when). Then each limit with ready or "
+        "running jobs: its size, its rate, its running jobs and its ready jobs waiting on it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -128,7 +154,10 @@ class Command(BaseCommand):
             "--json",
             action="store_true",
             dest="json_output",
-            help='Print {"queues": {name: {...}}} for scripts (one line per refresh with --watch).',
+            help=(
+                'Print {"queues": {name: {...}}, "limits": [{...}, ...]} for scripts '
+                "(one line per refresh with --watch)."
+            ),
         )
         parser.add_argument(
             "--watch",
@@ -149,10 +178,11 @@ class Command(BaseCommand):
             return
 
     def render(self, json_output: bool, indent: int | None) -> str:
-        stats = queue_stats()
+        stats, limits = queue_stats(), limit_stats()
         if json_output:
-            return json.dumps(as_json(stats), indent=indent, sort_keys=True)
-        return table(stats, conf.get().oldest_ready_warning)
+            return json.dumps(as_json(stats, limits), indent=indent, sort_keys=True)
+        queues = table(stats, conf.get().oldest_ready_warning)
+        return "\n\n".join(filter(None, [queues, limits_table(limits)]))
 
     def refresh(self, json_output: bool, every: float) -> None:
         """Print the stats once more; a database error is shown and retried next time."""
