@@ -57,3 +57,8 @@ def held(folder: str) -> None:
 @task(rate=f"{RATE}/s")
 def paced() -> None:
     """Does nothing: ``RATE`` of these start a second, on every worker together."""
+
+
+@task(rate="1/s")
+def trickle() -> None:
+    """Does nothing, one start a second at most: slow enough for a test to watch the pace."""
