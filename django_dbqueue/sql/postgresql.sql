@@ -301,7 +301,7 @@ limit_head AS (
     CROSS JOIN LATERAL (
         SELECT id, limit_size, limit_rate, priority, run_at FROM dbqueue_job
         WHERE state = 'ready' AND limit_key = w.limit_key AND run_at <= statement_timestamp()
-          AND queue IN (SELECT queue FROM served)
+          AND queue = ANY (ARRAY(SELECT queue FROM served))
         ORDER BY limit_key, priority DESC, run_at, id
         LIMIT 1
     ) h
@@ -325,7 +325,7 @@ limited_chosen AS (
     CROSS JOIN LATERAL (
         SELECT id, queue, priority, run_at FROM dbqueue_job m
         WHERE state = 'ready' AND limit_key = l.limit_key AND run_at <= statement_timestamp()
-          AND queue IN (SELECT queue FROM served)
+          AND queue = ANY (ARRAY(SELECT queue FROM served))
         ORDER BY limit_key, priority DESC, run_at, id
         LIMIT least(l.room, %(limit)s)
         FOR UPDATE SKIP LOCKED

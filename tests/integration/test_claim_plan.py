@@ -266,7 +266,9 @@ def test_next_due_and_the_reapers_lock_read_their_indexes_in_custom_and_generic_
             scanned_relations(generic_plan("next_due", {"queues": queues})),
         ):
             assert scans, f"next_due reads no job rows for {queues}"
-            assert all(scan.endswith(":dbqueue_job_ready") for scan in scans), (queues, scans)
+            # The ready jobs, and those of a paced limit (its next start: limits.py).
+            ready = (":dbqueue_job_ready", ":dbqueue_job_ready_limited")
+            assert all(scan.endswith(ready) for scan in scans), (queues, scans)
     for scans in (
         scanned_relations(statement_plan("lock_expired", {"limit": 100})),
         scanned_relations(generic_plan("lock_expired", {"limit": 100})),
