@@ -145,6 +145,20 @@ RETURNING id, created_at, run_at,
 -- key's first active job (lowest id). So a claim of 10 reads at most 100 keyed rows per
 -- queue plus, in that case, one row per active key, however many jobs wait on each key:
 -- 100,000 jobs on one key cost it 1 ms, as do 100,000 keys of one job each.
+-- Limited jobs (limit_key: limits.py) are out of the keyless index; shape.limited says
+-- whether any is ready (one probe of dbqueue_job_ready_limited, empty unless limits are in
+-- use) and the plain path requires none. The limited path walks the limits with ready jobs
+-- (limit_walk: one index probe each), takes each one's first due job in a served queue
+-- (limit_head) where the statement's snapshot shows a free slot, and then, in claim order
+-- and at most %(serial_window)s of them, admits each limit through dbqueue_limit_room (the
+-- limit's advisory lock, taken without waiting, then its running jobs and pace read with a
+-- snapshot of their own: migration 0019) until the rooms admitted cover %(limit)s
+-- (limit_admitted, one call per step): a limit another claim holds admits nothing and the
+-- next one is asked, so claimers neither wait for each other nor leave free slots to them.
+-- limited_chosen takes up to each room in claim order. The lock is held to the commit, and
+-- paced moves each rate limit's due time on by the starts the UPDATE made: the next claim
+-- of that limit counts and paces what this one started. claimed_at is read after the
+-- admissions, so a job's started_at comes after the finish its slot waited for.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
                 WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
@@ -311,13 +325,26 @@ limit_head AS (
           WHERE r.state = 'running' AND r.limit_key = w.limit_key
       ))
 ),
+limit_order AS MATERIALIZED (
+    SELECT limit_key, limit_size, limit_rate,
+           row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank
+    FROM limit_head
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(serial_window)s
+),
+limit_admitted AS (
+    SELECT 0::bigint AS rank, NULL::text AS limit_key, 0 AS room, 0 AS total
+    UNION ALL
+    SELECT o.rank, o.limit_key, r.room, a.total + r.room
+    FROM limit_admitted a
+    JOIN limit_order o ON o.rank = a.rank + 1
+    CROSS JOIN LATERAL (
+        SELECT dbqueue_limit_room(o.limit_key, o.limit_size, o.limit_rate) AS room
+    ) r
+    WHERE a.total < %(limit)s
+),
 limit_room AS MATERIALIZED (
-    SELECT limit_key, dbqueue_limit_room(limit_key, limit_size, limit_rate) AS room
-    FROM (
-        SELECT limit_key, limit_size, limit_rate FROM limit_head
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-    ) first_heads
+    SELECT limit_key, room FROM limit_admitted WHERE rank > 0
 ),
 limited_chosen AS (
     SELECT c.id, c.queue, c.priority, c.run_at
