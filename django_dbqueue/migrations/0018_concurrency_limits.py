@@ -13,11 +13,25 @@
 # PL/pgSQL function takes one per query it runs), counts the limit's running jobs. A claim
 # that moves a job of that limit to running holds the lock until it commits, so the next
 # claim's count sees those jobs: two claimers never both take the last slot.
-# MySQL and MariaDB have no partial indexes: they get plain ones, and their claim locks a
-# row per limit instead (sql/mysql.sql).
+# MySQL and MariaDB have no partial indexes and no advisory lock that ends with the
+# transaction. There a generated column, limited (1 for a job under a limit, else 0), joins
+# serial_keyed in the index the claim reads keyless and keyed jobs from
+# (dbqueue_job_ready_keyed_my, 0015), so the keyless jobs are read in claim order without
+# walking past limited ones. dbqueue_job_limited_my, led by the state, serves the walk of
+# the limits with a ready job (a loose index scan), the ready jobs of each limit in claim
+# order and the count of its running ones; it orders by negated_priority (a generated
+# column, -priority) rather than by priority DESC: MariaDB makes no loose scan of an index
+# with a descending part, and reads every entry instead. dbqueue_limit holds a row per
+# limit, which the claim locks (FOR UPDATE SKIP LOCKED) before it counts that limit's
+# running jobs, where PostgreSQL takes the advisory lock (sql/mysql.sql, claim). Its key
+# takes the server's binary NO PAD collation (0009), as every key column of the app does.
+# One ALTER TABLE does the rest: a CHECK constraint cannot be added in place, so the table
+# is rewritten once, taking writes to it meanwhile (as 0009 did), and the index changes ride
+# along. MariaDB drops a CHECK constraint with DROP CONSTRAINT, MySQL 8.0.17 with DROP CHECK.
 
 from django.db import migrations, models
 
+from django_dbqueue.collation import exact_collation
 from django_dbqueue.migrations._vendor import OwnDatabaseSide, run_on
 
 LIMIT_SHAPE = (
@@ -75,10 +89,43 @@ POSTGRESQL_ROOM = [
 POSTGRESQL_ROOM_BACKWARD = ["DROP FUNCTION IF EXISTS dbqueue_limit_room(text, integer)"]
 
 MYSQL_FORWARD = [
-    "CREATE INDEX dbqueue_job_ready_limited ON dbqueue_job "
-    "(state, limit_key, priority DESC, run_at, id)",
+    "ALTER TABLE dbqueue_job "
+    "ADD COLUMN limited tinyint AS (CASE WHEN limit_key IS NULL THEN 0 ELSE 1 END) VIRTUAL, "
+    "ADD COLUMN negated_priority bigint AS (-CAST(priority AS SIGNED)) VIRTUAL, "
+    "DROP INDEX dbqueue_job_ready_keyed_my, "
+    "ADD INDEX dbqueue_job_ready_keyed_my "
+    "(state, serial_keyed, limited, priority DESC, run_at, id), "
+    "ADD INDEX dbqueue_job_limited_my (state, limit_key, negated_priority, run_at, id), "
+    f"ADD CONSTRAINT dbqueue_job_limit_shape CHECK ({LIMIT_SHAPE})",
+    "CREATE TABLE dbqueue_limit (limit_key varchar(300) NOT NULL PRIMARY KEY) "
+    "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}",
 ]
-MYSQL_BACKWARD = ["DROP INDEX dbqueue_job_ready_limited ON dbqueue_job"]
+MYSQL_BACKWARD = [
+    "DROP TABLE IF EXISTS dbqueue_limit",
+    "ALTER TABLE dbqueue_job "
+    "{drop_check} dbqueue_job_limit_shape, "
+    "DROP INDEX dbqueue_job_limited_my, "
+    "DROP INDEX dbqueue_job_ready_keyed_my, "
+    "ADD INDEX dbqueue_job_ready_keyed_my (state, serial_keyed, priority DESC, run_at, id), "
+    "DROP COLUMN negated_priority, "
+    "DROP COLUMN limited",
+]
+
+
+def mysql_statements(statements):
+    """A ``RunPython`` function running ``statements`` with this server's exact collation and
+    CHECK-dropping clause filled in."""
+
+    def run(apps, schema_editor):
+        connection = schema_editor.connection
+        names = {
+            "collation": exact_collation(connection),
+            "drop_check": "DROP CONSTRAINT" if connection.mysql_is_mariadb else "DROP CHECK",
+        }
+        for statement in statements:
+            schema_editor.execute(statement.format(**names))
+
+    return run
 
 MODEL_CHANGES = [
     migrations.RemoveIndex(model_name="job", name="dbqueue_job_ready_keyless"),
@@ -147,7 +194,9 @@ class Migration(migrations.Migration):
             MODEL_CHANGES,
             {
                 "postgresql": migrations.RunSQL(POSTGRESQL_FORWARD, POSTGRESQL_BACKWARD),
-                "mysql": migrations.RunSQL(MYSQL_FORWARD, MYSQL_BACKWARD),
+                "mysql": migrations.RunPython(
+                    mysql_statements(MYSQL_FORWARD), mysql_statements(MYSQL_BACKWARD)
+                ),
             },
         ),
         migrations.RunPython(

@@ -17,7 +17,7 @@ INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
     subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-    pending_dependencies
+    pending_dependencies, limit_key, limit_size
 )
 SELECT
     %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
@@ -25,7 +25,7 @@ SELECT
     COALESCE(%(run_at)s, dbqueue_plus_seconds(%(now)s, %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s, %(serial_key)s,
     %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s,
-    %(pending_dependencies)s
+    %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
 FROM json_each(%(rows)s) AS item
 WHERE true
 ORDER BY item.key
@@ -43,10 +43,18 @@ RETURNING id, created_at, run_at;
 -- leave out every queue whose pause is in force (until NULL or after %(now)s). The claim
 -- holds the database write lock, so every pause committed before it is seen and none
 -- commits during it.
-WITH candidate AS (
-    SELECT id, queue,
-           row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank,
-           dense_rank() OVER (ORDER BY queue) AS position
+-- A job under a concurrency limit (limit_key, limits.py) runs only while fewer than its
+-- limit_size jobs of that limit run: of each limit's due ready jobs in served, unpaused
+-- queues, taken in claim order, only the first `room` are candidates, room being the
+-- limit_size of the first of them less the limit's running jobs, counted here. That is
+-- exact, with no lock of its own: the claim holds the database write lock from before it
+-- counts until it commits, so no other claim runs between the count and the jobs it
+-- leases, and every claim before it committed the jobs it leased. A limit's candidates
+-- are a prefix of its claim order and the batch keeps candidates in claim order per queue,
+-- so a limit with room fills it in claim order. A slot frees when a job leaves running by
+-- any path: nothing is written, since the count reads the running rows themselves.
+WITH eligible AS MATERIALIZED (
+    SELECT id, queue, priority, run_at, limit_key, limit_size
     FROM dbqueue_job AS j
     WHERE state = 'ready' AND run_at <= %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
@@ -62,6 +70,24 @@ WITH candidate AS (
           SELECT 1 FROM dbqueue_job AS r
           WHERE r.serial_key = j.serial_key AND r.state = 'running'
       ))
+),
+limited AS (
+    SELECT id,
+           row_number() OVER claim_order AS place,
+           first_value(limit_size) OVER claim_order - (
+               SELECT count(*) FROM dbqueue_job AS r
+               WHERE r.state = 'running' AND r.limit_key = l.limit_key
+           ) AS room
+    FROM eligible AS l
+    WHERE limit_key IS NOT NULL
+    WINDOW claim_order AS (PARTITION BY limit_key ORDER BY priority DESC, run_at, id)
+),
+candidate AS (
+    SELECT id, queue,
+           row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank,
+           dense_rank() OVER (ORDER BY queue) AS position
+    FROM eligible
+    WHERE limit_key IS NULL OR id IN (SELECT id FROM limited WHERE place <= room)
 ),
 chosen AS (
     SELECT id FROM candidate
