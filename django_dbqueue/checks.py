@@ -1,7 +1,7 @@
 """System checks for the ``DBQUEUE`` settings, the database behind the queue and
 the ``django.tasks`` backend's ``TASKS`` entry.
 
-Ids: ``dbqueue.E001``-``E021`` are errors (every number from 001 to 021 is used),
+Ids: ``dbqueue.E001``-``E022`` are errors (every number from 001 to 022 is used),
 ``dbqueue.W001``, ``W002``, ``W003``, ``W005`` and ``W006`` warnings (there is no
 ``W004``); the backend's (``task_backend_checks``) are ``dbqueue.E101``-``E104`` and
 ``dbqueue.W101``. Each id's message and fix: ``docs/reference/checks.md``.
@@ -411,6 +411,38 @@ def check_mysql_version(databases: Any = None, **_: Any) -> list[CheckMessage]:
             "(FOR UPDATE SKIP LOCKED, JSON_TABLE, a binary NO PAD collation for keys).",
             hint="Upgrade the server (MySQL 8.0.17+ or MariaDB 10.6+), or use PostgreSQL.",
             id="dbqueue.E011",
+        )
+    ]
+
+
+#: The isolation level the MySQL claim needs: each statement reads the latest commits.
+MYSQL_ISOLATION = "read committed"
+
+
+@register()
+def check_mysql_isolation(**_: Any) -> list[CheckMessage]:
+    """The queue's MySQL/MariaDB connection reads at READ COMMITTED (``dbqueue.E022``).
+
+    The claim counts a limit's running jobs in a statement run after it locked the limit
+    (``limits``); under REPEATABLE READ that statement would read the transaction's first
+    snapshot, taken before the lock, and miss jobs another claim has just started. Django
+    sets READ COMMITTED unless ``OPTIONS["isolation_level"]`` says otherwise.
+    """
+    alias = conf.user_settings().get("DATABASE", conf.DEFAULTS["DATABASE"])
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return []
+    database = settings.DATABASES[alias]
+    if not database.get("ENGINE", "").endswith("mysql"):
+        return []
+    level = database.get("OPTIONS", {}).get("isolation_level", MYSQL_ISOLATION)
+    if level == MYSQL_ISOLATION:
+        return []
+    return [
+        Error(
+            f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {level!r}; django_dbqueue's "
+            "claim needs 'read committed' on MySQL/MariaDB to hold its limits exact.",
+            hint="Remove the option (Django's default is 'read committed') or set it so.",
+            id="dbqueue.E022",
         )
     ]
 

@@ -16,12 +16,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
 from pytest_django import Settings
 
-from django_dbqueue import Job, clock, leases, limits, task
+from django_dbqueue import Job, checks, clock, leases, limits, task
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import JobState, RateBucket
 from tests.jobs.limit_tasks import (
@@ -215,3 +216,32 @@ class TestPacedClaims:
         RateBucket.objects.create(limit_key="recent", due_at=now - timedelta(minutes=5), rate=1)
         assert limits.sweep() == 1
         assert list(RateBucket.objects.values_list("limit_key", flat=True)) == ["recent"]
+
+
+class TestMySQLIsolationCheck:
+    """``dbqueue.E022``: limits are exact on MySQL/MariaDB only at READ COMMITTED."""
+
+    @pytest.fixture
+    def mysql_alias(self, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+        """A MySQL alias holding the queue (never connected to: the check reads settings)."""
+        database: dict[str, Any] = {"ENGINE": "django.db.backends.mysql", "OPTIONS": {}}
+        monkeypatch.setitem(django_settings.DATABASES, "queue_mysql", database)
+        settings.DBQUEUE = {**settings.DBQUEUE, "DATABASE": "queue_mysql"}
+        return database
+
+    @pytest.mark.parametrize("level", [None, "read committed"])
+    def test_django_s_default_or_read_committed_pass(
+        self, mysql_alias: dict[str, Any], level: str | None
+    ) -> None:
+        if level is not None:
+            mysql_alias["OPTIONS"]["isolation_level"] = level
+        assert checks.check_mysql_isolation() == []
+
+    def test_repeatable_read_is_e022(self, mysql_alias: dict[str, Any]) -> None:
+        mysql_alias["OPTIONS"]["isolation_level"] = "repeatable read"
+        (error,) = checks.check_mysql_isolation()
+        assert error.id == "dbqueue.E022"
+        assert "'repeatable read'" in error.msg
+
+    def test_other_vendors_are_not_asked(self) -> None:
+        assert checks.check_mysql_isolation() == []
