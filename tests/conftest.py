@@ -46,3 +46,13 @@ def _clear_calls() -> Iterator[None]:
 @pytest.fixture
 def vendor() -> str:
     return connection.vendor
+
+
+@pytest.fixture
+def fresh_view_cache() -> Iterator[None]:
+    """The metrics view's cache outlives a test: a test using this reads the gauges afresh."""
+    from django_dbqueue import metrics  # it reads the models: only once Django is set up
+
+    metrics.VIEW_COLLECTOR.stats.clear()
+    yield
+    metrics.VIEW_COLLECTOR.stats.clear()

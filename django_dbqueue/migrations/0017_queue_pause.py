@@ -8,8 +8,7 @@
 
 from django.db import migrations, models
 
-from django_dbqueue.collation import exact_collation
-from django_dbqueue.migrations._vendor import run_on
+from django_dbqueue.migrations._vendor import exact_collation_of, run_on
 
 POSTGRESQL_FORWARD = [
     """
@@ -24,15 +23,6 @@ POSTGRESQL_FORWARD = [
     """
 ]
 POSTGRESQL_BACKWARD = ["DROP FUNCTION IF EXISTS dbqueue_paused_queues(timestamptz)"]
-
-
-def convert_to_exact_collation(apps, schema_editor):
-    connection = schema_editor.connection
-    if connection.vendor == "mysql":
-        schema_editor.execute(
-            "ALTER TABLE dbqueue_queue_pause CONVERT TO CHARACTER SET utf8mb4 "
-            f"COLLATE {exact_collation(connection)}"
-        )
 
 
 class Migration(migrations.Migration):
@@ -65,7 +55,7 @@ class Migration(migrations.Migration):
             ],
             options={"db_table": "dbqueue_queue_pause"},
         ),
-        migrations.RunPython(convert_to_exact_collation, migrations.RunPython.noop),
+        migrations.RunPython(exact_collation_of("dbqueue_queue_pause"), migrations.RunPython.noop),
         migrations.RunPython(
             run_on("postgresql", POSTGRESQL_FORWARD), run_on("postgresql", POSTGRESQL_BACKWARD)
         ),

@@ -10,10 +10,11 @@
 # starts it made, before it commits and lets go of the lock (sql/postgresql.sql, claim).
 # On MySQL and MariaDB the bucket table takes the app's exact binary collation (0009).
 
+from importlib import import_module
+
 from django.db import migrations, models
 
-from django_dbqueue.collation import exact_collation
-from django_dbqueue.migrations._vendor import OwnDatabaseSide, run_on
+from django_dbqueue.migrations._vendor import OwnDatabaseSide, exact_collation_of, run_on
 
 LIMIT_SHAPE = (
     "(limit_key IS NULL AND limit_size IS NULL AND limit_rate IS NULL) OR "
@@ -76,31 +77,9 @@ POSTGRESQL_ROOM = [
 ]
 POSTGRESQL_ROOM_BACKWARD = [
     "DROP FUNCTION IF EXISTS dbqueue_limit_room(text, integer, float8)",
-    """
-    CREATE OR REPLACE FUNCTION dbqueue_limit_room(key text, size integer) RETURNS integer
-    LANGUAGE plpgsql VOLATILE AS $$
-    BEGIN
-        IF NOT pg_try_advisory_xact_lock(
-            hashtext('django_dbqueue.limit'), hashtext(key)
-        ) THEN
-            RETURN 0;
-        END IF;
-        RETURN greatest(size - (
-            SELECT count(*) FROM dbqueue_job WHERE state = 'running' AND limit_key = key
-        ), 0);
-    END
-    $$
-    """,
+    # 0018's function, as 0018 created it.
+    *import_module("django_dbqueue.migrations.0018_concurrency_limits").POSTGRESQL_ROOM,
 ]
-
-
-def convert_to_exact_collation(apps, schema_editor):
-    connection = schema_editor.connection
-    if connection.vendor == "mysql":
-        schema_editor.execute(
-            "ALTER TABLE dbqueue_rate_bucket CONVERT TO CHARACTER SET utf8mb4 "
-            f"COLLATE {exact_collation(connection)}"
-        )
 
 
 class Migration(migrations.Migration):
@@ -118,7 +97,7 @@ class Migration(migrations.Migration):
             ],
             options={"db_table": "dbqueue_rate_bucket"},
         ),
-        migrations.RunPython(convert_to_exact_collation, migrations.RunPython.noop),
+        migrations.RunPython(exact_collation_of("dbqueue_rate_bucket"), migrations.RunPython.noop),
         migrations.AddField(
             model_name="job",
             name="limit_rate",

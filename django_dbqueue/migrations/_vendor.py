@@ -2,6 +2,8 @@
 
 from django.db import migrations
 
+from django_dbqueue.collation import exact_collation
+
 
 def run_on(vendor, statements):
     """A ``RunPython`` function that runs ``statements`` on ``vendor``, and nothing elsewhere."""
@@ -12,6 +14,21 @@ def run_on(vendor, statements):
                 schema_editor.execute(statement)
 
     return run
+
+
+def exact_collation_of(table):
+    """A ``RunPython`` function giving ``table`` the app's exact collation on MySQL/MariaDB
+    (migration 0009: keys and names compare byte for byte), and doing nothing elsewhere."""
+
+    def convert(apps, schema_editor):
+        connection = schema_editor.connection
+        if connection.vendor == "mysql":
+            schema_editor.execute(
+                f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 "
+                f"COLLATE {exact_collation(connection)}"
+            )
+
+    return convert
 
 
 def run_on_mysql(statements):

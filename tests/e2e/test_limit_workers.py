@@ -67,20 +67,27 @@ def leased(jobs: Iterable[Job]) -> list[tuple[datetime, datetime]]:
     return [(job.started_at, job.finished_at) for job in jobs]
 
 
-def drain(start_worker: StartWorker, enqueue: Callable[[], None]) -> list[Job]:
-    """Enqueue with 3 workers of 8 threads running; every job, once all succeeded."""
-    workers = [start_worker("--concurrency", "8") for _ in range(3)]
-    for worker in workers:
+def drain(
+    start_worker: StartWorker,
+    enqueue: Callable[[], None],
+    jobs: int = JOBS,
+    workers: int = 3,
+    concurrency: int = 8,
+) -> list[Job]:
+    """Enqueue with ``workers`` workers of ``concurrency`` threads running; every job, once
+    all ``jobs`` succeeded and the workers stopped cleanly."""
+    running = [start_worker("--concurrency", str(concurrency)) for _ in range(workers)]
+    for worker in running:
         worker.wait_for_log("worker started")
     enqueue()
     wait_until(
-        lambda: Job.objects.filter(state=JobState.SUCCEEDED).count() == JOBS,
+        lambda: Job.objects.filter(state=JobState.SUCCEEDED).count() == jobs,
         timeout=120,
         what="the limited jobs to drain",
     )
-    for worker in workers:
+    for worker in running:
         worker.send(signal.SIGTERM)
-    for worker in workers:
+    for worker in running:
         assert worker.wait() == 0, worker.log()
     return list(Job.objects.all())
 
@@ -167,21 +174,13 @@ def test_the_slots_of_a_killed_worker_free_once_the_reaper_takes_its_leases(
 def test_a_rate_of_20_a_second_holds_across_four_workers_over_ten_seconds(
     start_worker: StartWorker,
 ) -> None:
-    workers = [start_worker("--concurrency", "4") for _ in range(4)]
-    for worker in workers:
-        worker.wait_for_log("worker started")
     jobs = 10 * RATE
-    with transaction.atomic():
-        paced.enqueue_many([((), {})] * jobs)
-    wait_until(
-        lambda: Job.objects.filter(state=JobState.SUCCEEDED).count() == jobs,
-        timeout=60,
-        what="the paced jobs to drain",
-    )
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait() == 0, worker.log()
+
+    def enqueue() -> None:
+        with transaction.atomic():
+            paced.enqueue_many([((), {})] * jobs)
+
+    drain(start_worker, enqueue, jobs, workers=4, concurrency=4)
 
     starts = sorted(Job.objects.values_list("started_at", flat=True))
     second = timedelta(seconds=1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from html import unescape
 from io import StringIO
@@ -22,14 +21,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 from pytest_django import DjangoAssertNumQueries
 
-from django_dbqueue import metrics
 from django_dbqueue.management.commands.dbqueue_stats import LIMIT_COLUMNS
 from django_dbqueue.models import Job, JobState
 from django_dbqueue.stats import LimitStats, as_json, limit_stats, queue_stats
 from tests.factories import JobFactory
+from tests.scraping import scrape
 
 pytestmark = pytest.mark.django_db
 
@@ -90,26 +88,6 @@ def limits_section(output: str) -> list[list[str]]:
     blocks = output.strip().split("\n\n")
     (section,) = [block for block in blocks if block.split()[:1] == ["limit"]]
     return [re.split(r"\s{2,}", line.strip()) for line in section.splitlines()]
-
-
-@pytest.fixture
-def _fresh_view_cache() -> Iterator[None]:
-    """The view's cache outlives a test: each test reads the gauges afresh."""
-    metrics.VIEW_COLLECTOR.stats.clear()
-    yield
-    metrics.VIEW_COLLECTOR.stats.clear()
-
-
-def scrape(client: Client) -> dict[tuple[str, str], float]:
-    """``(metric, limit)`` -> value of every limit gauge sample."""
-    response = client.get("/metrics")
-    assert response.status_code == 200
-    return {
-        (sample.name, sample.labels["limit"]): sample.value
-        for family in text_string_to_metric_families(response.content.decode())
-        for sample in family.samples
-        if "limit" in sample.labels
-    }
 
 
 def limits_table(html: str) -> list[list[str]] | None:
@@ -247,11 +225,11 @@ class TestStatsCommand:
 
 
 @pytest.mark.urls("tests.metrics_urls")
-@pytest.mark.usefixtures("_fresh_view_cache")
+@pytest.mark.usefixtures("fresh_view_cache")
 class TestLimitGauges:
     @pytest.mark.usefixtures("limited_jobs")
     def test_running_waiting_and_size_per_limit(self, client: Client) -> None:
-        samples = scrape(client)
+        samples = scrape(client, "limit")
         assert samples == {
             **{("dbqueue_limit_running", each.limit): each.running for each in EXPECTED},
             **{("dbqueue_limit_waiting", each.limit): each.waiting for each in EXPECTED},
@@ -287,7 +265,7 @@ class TestLimitGauges:
         with django_assert_num_queries(3):  # the jobs by queue, the pauses, the limits
             pages = [client.get("/metrics").content for _ in range(5)]
         assert len(set(pages)) == 1
-        assert scrape(client)[("dbqueue_limit_waiting", SEND)] == 1
+        assert scrape(client, "limit")[("dbqueue_limit_waiting", SEND)] == 1
 
 
 # --- the admin's "Limits" table --------------------------------------------------------------

@@ -7,7 +7,6 @@ import socket
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
 from datetime import timedelta
 
 import prometheus_client
@@ -100,11 +99,8 @@ def refused(port: int) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_view_cache() -> Iterator[None]:
+def _fresh_view_cache(fresh_view_cache: None) -> None:
     """Each test reads the queue gauges afresh: the view's cache outlives a test."""
-    metrics.VIEW_COLLECTOR.stats.clear()
-    yield
-    metrics.VIEW_COLLECTOR.stats.clear()
 
 
 @pytest.mark.urls("tests.metrics_urls")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from io import StringIO
@@ -21,14 +20,14 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import resolve, reverse
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 from pytest_django.fixtures import Settings
 
-from django_dbqueue import leases, metrics, pauses
+from django_dbqueue import leases, pauses
 from django_dbqueue.management.commands.dbqueue_stats import paused
 from django_dbqueue.models import QueuePause
 from django_dbqueue.stats import QueueStats, as_json, queue_stats
 from tests.factories import JobFactory
+from tests.scraping import scrape
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Response
@@ -177,34 +176,15 @@ class TestStatsCommand:
 # --- the dbqueue_queue_paused gauge ----------------------------------------------------------
 
 
-@pytest.fixture
-def _fresh_view_cache() -> Iterator[None]:
-    """The view's cache outlives a test: each test reads the gauges afresh."""
-    metrics.VIEW_COLLECTOR.stats.clear()
-    yield
-    metrics.VIEW_COLLECTOR.stats.clear()
-
-
-def scrape(client: Client) -> dict[tuple[str, str], float]:
-    """``(metric, queue)`` -> value of every queue gauge sample."""
-    response = client.get("/metrics")
-    assert response.status_code == 200
-    return {
-        (sample.name, sample.labels["queue"]): sample.value
-        for family in text_string_to_metric_families(response.content.decode())
-        for sample in family.samples
-    }
-
-
 @pytest.mark.urls("tests.metrics_urls")
-@pytest.mark.usefixtures("_fresh_view_cache")
+@pytest.mark.usefixtures("fresh_view_cache")
 class TestPausedGauge:
     def test_one_for_paused_queues_zero_for_the_others(self, client: Client) -> None:
         JobFactory(queue="mail")
         JobFactory(queue="held")
         pauses.pause(["held"], seconds=600)
         pauses.pause(["idle"])
-        samples = scrape(client)
+        samples = scrape(client, "queue")
         assert {
             queue: samples[("dbqueue_queue_paused", queue)] for queue in ("mail", "held", "idle")
         } == {"mail": 0, "held": 1, "idle": 1}
@@ -216,7 +196,7 @@ class TestPausedGauge:
     ) -> None:
         settings.DBQUEUE = {"QUEUES": ["default", "mail"]}
         pauses.pause(["mail"])
-        samples = scrape(client)
+        samples = scrape(client, "queue")
         assert samples[("dbqueue_queue_paused", "default")] == 0
         assert samples[("dbqueue_queue_paused", "mail")] == 1
 
