@@ -284,7 +284,16 @@ def test_partial_indexes_exist_with_their_predicates_on_postgresql() -> None:
     assert "WHERE ((state)::text = 'ready'::text)" in ready
     keyless = indexes["dbqueue_job_ready_keyless"]
     assert "(queue, priority DESC, run_at, id)" in keyless
-    assert "WHERE ((serial_key IS NULL) AND ((state)::text = 'ready'::text))" in keyless
+    assert keyless.endswith(
+        "WHERE (((state)::text = 'ready'::text) AND (serial_key IS NULL) AND (limit_key IS NULL))"
+    )
+    # The jobs under a limit (limits.py): ready ones per limit in claim order, running ones.
+    limited = indexes["dbqueue_job_ready_limited"]
+    assert "(limit_key, priority DESC, run_at, id) INCLUDE (queue, limit_size)" in limited
+    assert limited.endswith("WHERE (((state)::text = 'ready'::text) AND (limit_key IS NOT NULL))")
+    assert indexes["dbqueue_job_running_limited"].endswith(
+        "(limit_key) WHERE (((state)::text = 'running'::text) AND (limit_key IS NOT NULL))"
+    )
 
     lease = indexes["dbqueue_job_running_lease"]
     assert "(lease_until)" in lease
