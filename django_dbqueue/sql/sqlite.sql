@@ -17,7 +17,7 @@ INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
     subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-    pending_dependencies, limit_key, limit_size
+    pending_dependencies, limit_key, limit_size, limit_rate
 )
 SELECT
     %(queue)s, %(task)s, json_extract(item.value, '$.args'), json_extract(item.value, '$.kwargs'),
@@ -25,7 +25,7 @@ SELECT
     COALESCE(%(run_at)s, dbqueue_plus_seconds(%(now)s, %(delay)s)),
     0, %(max_attempts)s, 0, %(lease_seconds)s, %(now)s, %(dedupe_key)s, %(serial_key)s,
     %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s,
-    %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
+    %(pending_dependencies)s, %(limit_key)s, %(limit_size)s, %(limit_rate)s
 FROM json_each(%(rows)s) AS item
 WHERE true
 ORDER BY item.key
@@ -38,23 +38,39 @@ RETURNING id, created_at, run_at;
 -- Lease up to %(limit)s due ready jobs of the queues in %(queues)s (NULL: every queue),
 -- shared across queues in turn (%(turn)s rotates who goes first), each queue in priority
 -- order. A job with a serial key waits while an earlier job (lower id) with that key is
--- ready or running, or any job with that key runs (a requeued one included). Each claimed row gets attempts + 1, lease_token + 1, the worker id and
--- a lease. A paused queue (dbqueue_queue_pause, pauses.py) is never served: the candidates
--- leave out every queue whose pause is in force (until NULL or after %(now)s). The claim
--- holds the database write lock, so every pause committed before it is seen and none
--- commits during it.
--- A job under a concurrency limit (limit_key, limits.py) runs only while fewer than its
--- limit_size jobs of that limit run: of each limit's due ready jobs in served, unpaused
--- queues, taken in claim order, only the first `room` are candidates, room being the
--- limit_size of the first of them less the limit's running jobs, counted here. That is
--- exact, with no lock of its own: the claim holds the database write lock from before it
--- counts until it commits, so no other claim runs between the count and the jobs it
--- leases, and every claim before it committed the jobs it leased. A limit's candidates
--- are a prefix of its claim order and the batch keeps candidates in claim order per queue,
--- so a limit with room fills it in claim order. A slot frees when a job leaves running by
--- any path: nothing is written, since the count reads the running rows themselves.
+-- ready or running, or any job with that key runs (a requeued one included). Each claimed
+-- row gets attempts + 1, lease_token + 1, the worker id and a lease. A paused queue
+-- (dbqueue_queue_pause, pauses.py) is never served: the candidates leave out every queue
+-- whose pause is in force (until NULL or after %(now)s). The claim holds the database write
+-- lock, so every pause committed before it is seen and none commits during it.
+-- A job under a limit (limit_key, limits.py) is claimed only while its limit has room: of
+-- each limit's due ready jobs in served, unpaused queues, taken in claim order, only the
+-- first `room` are candidates. The limit_size and limit_rate of the first of them set the
+-- room, the lesser of the two (a limit without one is not capped by it): the size less the
+-- limit's running jobs, counted here; and the starts its pace admits now (GCRA, as
+-- dbqueue_limit_room on PostgreSQL: burst = max(1, floor(rate / 10)), the bucket's due_at
+-- d seconds ahead of %(now)s (0 with no bucket or one behind) admits
+-- max(0, floor(burst - 1 - d * rate + 1e-9) + 1)). d is counted in whole microseconds from
+-- the text of both timestamps, as PostgreSQL subtracts them; CAST truncates toward zero,
+-- so a negative floor is taken apart (it admits nothing), and the float arithmetic is
+-- PostgreSQL's, step for step. All of it is exact with no lock of its own: the claim holds
+-- the database write lock from before it counts and reads the buckets until it commits, so
+-- no other claim runs between the reads and the jobs it leases, every claim before it
+-- committed its jobs and bucket moves, and this claim moves the buckets by the starts it
+-- made in its own transaction (the statements after the UPDATE). A limit's candidates are
+-- a prefix of its claim order and the batch keeps candidates in claim order per queue, so
+-- a limit with room fills it in claim order. A slot frees when a job leaves running by any
+-- path: nothing is written, since the count reads the running rows themselves.
+-- The UPDATE gives each rate-limited job it claims the worker id x'00' (a blob, which no
+-- worker id, being text, equals) until the last statement writes the real one, so the
+-- bucket statement between them reads exactly the jobs this claim started (%(previous)s
+-- would too, but the block keeps PostgreSQL's parameters; started_at and the worker id
+-- would not under a clock that stands still) and moves each paced limit's bucket by its k
+-- of them: due_at = max(due_at, %(now)s) + k / rate (%(now)s + k / rate for a new row),
+-- rate = the greatest rate among them, as PostgreSQL's claim does. The mark is never
+-- committed: the block runs in one transaction.
 WITH eligible AS MATERIALIZED (
-    SELECT id, queue, priority, run_at, limit_key, limit_size
+    SELECT id, queue, priority, run_at, limit_key, limit_size, limit_rate
     FROM dbqueue_job AS j
     WHERE state = 'ready' AND run_at <= %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
@@ -72,22 +88,50 @@ WITH eligible AS MATERIALIZED (
       ))
 ),
 limited AS (
-    SELECT id,
+    SELECT id, limit_key,
            row_number() OVER claim_order AS place,
-           first_value(limit_size) OVER claim_order - (
-               SELECT count(*) FROM dbqueue_job AS r
-               WHERE r.state = 'running' AND r.limit_key = l.limit_key
-           ) AS room
-    FROM eligible AS l
+           first_value(limit_size) OVER claim_order AS size,
+           first_value(limit_rate) OVER claim_order AS rate
+    FROM eligible
     WHERE limit_key IS NOT NULL
     WINDOW claim_order AS (PARTITION BY limit_key ORDER BY priority DESC, run_at, id)
+),
+paced AS (
+    SELECT h.limit_key, h.size, h.rate,
+           max(1, CAST(h.rate / 10.0 AS INTEGER)) - 1
+               - coalesce(max(0, (
+                     strftime('%%s', substr(b.due_at, 1, 19))
+                     - strftime('%%s', substr(%(now)s, 1, 19))
+                 ) * 1000000
+                 + CAST(substr(substr(b.due_at, 21) || '000000', 1, 6) AS INTEGER)
+                 - CAST(substr(substr(%(now)s, 21) || '000000', 1, 6) AS INTEGER)
+               ), 0) / 1000000.0 * h.rate
+               + 1e-9 AS headroom
+    FROM limited AS h
+    LEFT JOIN dbqueue_rate_bucket AS b ON b.limit_key = h.limit_key
+    WHERE h.place = 1
+),
+limit_room AS (
+    SELECT limit_key,
+           size - (
+               SELECT count(*) FROM dbqueue_job AS r
+               WHERE r.state = 'running' AND r.limit_key = p.limit_key
+           ) AS size_room,
+           CASE WHEN rate IS NULL THEN NULL
+                WHEN headroom < 0 THEN 0
+                ELSE CAST(headroom AS INTEGER) + 1 END AS rate_room
+    FROM paced AS p
 ),
 candidate AS (
     SELECT id, queue,
            row_number() OVER (PARTITION BY queue ORDER BY priority DESC, run_at, id) AS rank,
            dense_rank() OVER (ORDER BY queue) AS position
     FROM eligible
-    WHERE limit_key IS NULL OR id IN (SELECT id FROM limited WHERE place <= room)
+    WHERE limit_key IS NULL OR id IN (
+        SELECT l.id FROM limited AS l JOIN limit_room AS r ON r.limit_key = l.limit_key
+        WHERE l.place <= coalesce(r.size_room, l.place)
+          AND l.place <= coalesce(r.rate_room, l.place)
+    )
 ),
 chosen AS (
     SELECT id FROM candidate
@@ -98,13 +142,31 @@ UPDATE dbqueue_job
 SET state = 'running',
     attempts = attempts + 1,
     lease_token = lease_token + 1,
-    worker_id = %(worker_id)s,
+    worker_id = CASE WHEN limit_rate IS NULL THEN %(worker_id)s ELSE x'00' END,
     last_worker_id = %(worker_id)s,
     lease_until = dbqueue_plus_seconds(%(now)s, lease_seconds),
     started_at = %(now)s
 WHERE id IN (SELECT id FROM chosen)
 RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until,
           lease_seconds, queue, priority, run_at, backend, meta;
+WITH started AS (
+    SELECT limit_key, count(*) / max(limit_rate) AS seconds, max(limit_rate) AS rate
+    FROM dbqueue_job
+    WHERE state = 'running' AND limit_key IS NOT NULL AND worker_id = x'00'
+    GROUP BY limit_key
+)
+INSERT INTO dbqueue_rate_bucket (limit_key, due_at, rate)
+SELECT limit_key, dbqueue_plus_seconds(%(now)s, seconds), rate FROM started
+WHERE true
+ON CONFLICT (limit_key) DO UPDATE
+SET due_at = dbqueue_plus_seconds(
+        max(due_at, %(now)s),
+        (SELECT seconds FROM started AS s WHERE s.limit_key = excluded.limit_key)
+    ),
+    rate = excluded.rate;
+UPDATE dbqueue_job
+SET worker_id = %(worker_id)s
+WHERE state = 'running' AND limit_key IS NOT NULL AND worker_id = x'00';
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
@@ -126,7 +188,9 @@ RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_unt
 -- Seconds from %(now)s until the next ready job of %(queues)s (NULL: every queue) that is not
 -- due yet becomes due, or NULL when there is none (jobs already due are left out: a claim
 -- just passed them by). A pause of a served queue that ends by itself (until) is due then
--- too: its jobs are claimable from that moment.
+-- too: its jobs are claimable from that moment. So is the next start of a rate-limited
+-- limit with due ready jobs in a served queue: its bucket's due_at less (burst - 1) / rate,
+-- the moment the claim admits one again, when that is still ahead.
 SELECT (julianday(min(due.at)) - julianday(%(now)s)) * 86400.0 AS seconds
 FROM (
     SELECT min(run_at) AS at FROM dbqueue_job
@@ -136,6 +200,20 @@ FROM (
     SELECT min(until) FROM dbqueue_queue_pause
     WHERE until > %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+    UNION ALL
+    SELECT min(paced.at) FROM (
+        SELECT b.limit_key,
+               dbqueue_plus_seconds(
+                   b.due_at, (1 - max(1, CAST(b.rate / 10.0 AS INTEGER))) / b.rate
+               ) AS at
+        FROM dbqueue_rate_bucket AS b
+    ) AS paced
+    WHERE paced.at > %(now)s
+      AND EXISTS (
+          SELECT 1 FROM dbqueue_job AS j
+          WHERE j.state = 'ready' AND j.limit_key = paced.limit_key AND j.run_at <= %(now)s
+            AND (%(queues)s IS NULL OR j.queue IN (SELECT value FROM json_each(%(queues)s)))
+      )
 ) AS due;
 
 -- name: pause_queues
