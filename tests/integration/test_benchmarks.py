@@ -63,6 +63,11 @@ BENCHMARKS = {
     "workflow_drain_plain",
     "workflow_drain_fan_in",
     "workflow_fan_in_ratio",
+    "limits_drain_plain",
+    "limits_drain_plain_2x16",
+    "limits_drain_concurrency_32",
+    "limits_concurrency_ratio",
+    "limits_concurrency_ratio_2x16",
     "workflow_chain_handoff_p50",
     "workflow_chain_handoff_p95",
     "workflow_chain_handoff_max",
@@ -194,6 +199,9 @@ def test_quick_run_reports_every_benchmark_with_a_positive_figure(tmp_path: Path
     assert len(fan_in["details"]["rounds"]) == QUICK.rounds, fan_in
     # Every step of the chain but the first hands off from its predecessor.
     assert results["workflow_chain_handoff_p50"]["n"] == QUICK.chain_steps - 1 - WARM_UP
+    # The limited drain ran every job, under its limit, beside two plain drains as large.
+    limited = results["limits_drain_concurrency_32"]
+    assert limited["details"]["succeeded"] == limited["n"] == QUICK.fan_in_jobs, limited
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 40)
