@@ -8,7 +8,10 @@
 # snapshot of its own and admits the starts due by now, at most burst = max(1, rate/10)
 # at once (limits.burst: the same rule). The claim statement moves the bucket on by the
 # starts it made, before it commits and lets go of the lock (sql/postgresql.sql, claim).
-# On MySQL and MariaDB the bucket table takes the app's exact binary collation (0009).
+# On MySQL and MariaDB the bucket table takes the app's exact binary collation (0009), and
+# Django's own RemoveConstraint and AddConstraint replace the CHECK constraint (its backend
+# drops one with DROP CHECK on MySQL, DROP CONSTRAINT on MariaDB), forwards and backwards;
+# the claim paces limits in SQL (sql/mysql.sql, claim), so there is no function to create.
 
 from importlib import import_module
 

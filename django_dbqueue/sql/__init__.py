@@ -14,11 +14,16 @@ admin's search in error text, with ``pg_trgm``). A block is one statement, or
 (where the vendor lacks ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
 the last one that returns rows giving the result, by column name; a statement
 may read the rows of the latest one that returned rows as ``%(previous)s`` (a
-JSON array of arrays, columns in order). Python
-never builds SQL: it asks for a block by name and passes a dict of
-parameters. Structured parameters (lists, dicts) are sent as JSON text and
-datetimes in the form the vendor stores, so the SQL files share one calling
-convention.
+JSON array of arrays, columns in order). A statement whose text starts with
+``/* if previous */`` runs only when the latest statement that returned rows
+returned at least one (none yet counts as none): a cheap statement can probe
+for what a costly part of the block needs, and when it finds nothing that part
+costs not even a round trip. A statement skipped returns nothing, so the ones
+after it see the same latest rows: once one finds no rows, every later marked
+statement is skipped too. Python never builds SQL: it asks for a block by name
+and passes a dict of parameters. Structured parameters (lists, dicts) are sent
+as JSON text and datetimes in the form the vendor stores, so the SQL files
+share one calling convention.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ VENDOR_FILES = {"postgresql": "postgresql.sql", "sqlite": "sqlite.sql", "mysql":
 NAME_LINE = re.compile(r"^-- name: (\w+)\s*$")
 #: Separates the statements of a multi-statement block (a ``;`` ending a line).
 STATEMENT_END = ";\n"
+#: Starts a statement of a block that runs only when the latest one that returned rows
+#: returned at least one (a comment, so the server ignores it).
+IF_PREVIOUS = "/* if previous */"
 
 #: How often a SQLite ``BEGIN IMMEDIATE`` is retried when the database stays
 #: locked past the connection's busy timeout, and the first pause between tries.
@@ -92,7 +100,9 @@ def defines(connection: BaseDatabaseWrapper, name: str) -> bool:
 def run(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -> list[Row]:
     """Execute block ``name`` for the connection's vendor; return its last statement's rows.
 
-    Rows are read by column name (``sql.rows``): ``row["lease_token"]``.
+    Rows are read by column name (``sql.rows``): ``row["lease_token"]``. A statement
+    of a multi-statement block marked ``/* if previous */`` is skipped when the latest
+    one that returned rows returned none (module docstring).
 
     ``now`` is added for statements that take the clock as a parameter
     (SQLite); call inside ``write_transaction`` so it is read under the lock.
@@ -109,6 +119,8 @@ def run(connection: BaseDatabaseWrapper, name: str, params: Mapping[str, Any]) -
     rows: list[Row] = []
     with connection.cursor() as cursor:
         for statement in sql.split(STATEMENT_END):
+            if not rows and statement.lstrip().startswith(IF_PREVIOUS):
+                continue
             if "%(previous)s" in statement:
                 # The SQL reads these by position (JSON arrays), as JSON_TABLE paths do.
                 adapted["previous"] = adapt(connection, [list(row.values()) for row in rows])

@@ -2,8 +2,8 @@
 -- Neither has UPDATE ... RETURNING (MySQL has no RETURNING at all), so a block may hold
 -- several statements, run in order in one transaction: lock the rows, change them, then
 -- read back what changed (%(previous)s: the rows of the latest statement that returned
--- rows). Deadlines use UTC_TIMESTAMP(6) in a statement that runs after
--- the row lock is held. Structured parameters arrive as JSON text. No NOTIFY: workers
+-- rows; a statement marked /* if previous */ is skipped when those were none). Deadlines
+-- use UTC_TIMESTAMP(6) in a statement that runs after the row lock is held. Structured parameters arrive as JSON text. No NOTIFY: workers
 -- poll, and wake at once for jobs committed in their own process. Statements that change
 -- rows by id drive the join from the ids (STRAIGHT_JOIN ... FORCE INDEX (PRIMARY)): a
 -- multi-table UPDATE locks every row it reads, so it must read only those rows.
@@ -30,14 +30,14 @@ INSERT INTO dbqueue_job (
     queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
     lease_token, lease_seconds, created_at, dedupe_key, serial_key, subject_type_id,
     subject_id, backend, last_worker_id, last_error_code, last_error, errors, meta,
-    pending_dependencies, limit_key, limit_size
+    pending_dependencies, limit_key, limit_size, limit_rate
 )
 SELECT
     %(queue)s, %(task)s, item.args, item.kwargs, %(state)s, %(priority)s,
     COALESCE(%(run_at)s, @dbqueue_inserted_at + INTERVAL %(delay)s * 1000000 MICROSECOND),
     0, %(max_attempts)s, 0, %(lease_seconds)s, @dbqueue_inserted_at, %(dedupe_key)s,
     %(serial_key)s, %(subject_type_id)s, %(subject_id)s, %(backend)s, '', '', '', '[]', %(meta)s,
-    %(pending_dependencies)s, %(limit_key)s, %(limit_size)s
+    %(pending_dependencies)s, %(limit_key)s, %(limit_size)s, %(limit_rate)s
 FROM JSON_TABLE(%(rows)s, '$[*]' COLUMNS (
     position FOR ORDINALITY, args JSON PATH '$.args', kwargs JSON PATH '$.kwargs'
 )) AS item
@@ -70,37 +70,59 @@ LIMIT %(count)s;
 -- limited lead it after the state, so neither keyed nor limited jobs are walked past) and
 -- the keyed candidates still ready and still first of their key (checked again once
 -- locked), and keeps the first %(limit)s of both in claim order, which the fourth sets
--- aside (@dbqueue_chosen) while the limited jobs are found; the others stay locked until
--- the claim commits, a few milliseconds.
--- A job under a concurrency limit (limit_key, limits.py) runs only while fewer than its
--- limit_size jobs of that limit run, counted across every worker, exactly. MySQL has no
--- advisory lock that ends with the transaction, so a row of dbqueue_limit (migration 0018)
--- stands for each limit. The fifth statement walks the limits with a ready job (a loose
+-- aside (@dbqueue_chosen, with the clock for started_at, @dbqueue_claimed_at) while the
+-- limited jobs are found; the others stay locked until the claim commits, a few
+-- milliseconds.
+-- A job under a limit (limit_key, limits.py) runs only while fewer than its limit_size
+-- jobs of that limit run, and starts only while its limit_rate has a start left, counted
+-- across every worker, exactly. The fifth statement probes for a ready limited job (the
+-- first entry of dbqueue_job_limited_my's ready part, empty unless limits are in use). The
+-- statements marked /* if previous */ run only when the latest statement that returned
+-- rows returned some (sql/__init__.py): with no limited job ready none of them runs, so
+-- the claim costs one index probe, one round trip, more than it did before limits (on
+-- MariaDB 10.11, within 0.2 ms of it, where running the limit statements every time
+-- added 1.8 ms), and once one of them finds nothing, the others are skipped too.
+-- MySQL has no advisory lock that ends with the transaction, so a row of dbqueue_limit
+-- (migration 0018) stands for each limit. The sixth statement walks the limits with a ready job (a loose
 -- index scan of dbqueue_job_limited_my, one probe per limit), takes each one's first due
--- job of a served, unpaused queue in claim order (its head) and keeps, of the limits whose
--- running jobs are fewer than the head's limit_size, the %(limit)s with the first heads:
--- only a hint, read without a lock. The sixth writes the dbqueue_limit rows missing (a
--- limit's first claim; a claimer racing to write the same row waits for the other's claim
--- to commit, once per limit ever). The seventh locks those limits' rows FOR UPDATE SKIP
--- LOCKED: a limit another claim holds is left to a later claim, never awaited, so
--- claimers never queue behind each other. Only then does the eighth count each held
--- limit's running jobs; it is a statement of its own because the worker's connection
--- runs at READ COMMITTED (Django's default for MySQL, docs/howto/databases.md), where each
--- statement reads the latest committed rows (at REPEATABLE READ it would read the snapshot
--- of the claim's first statement, taken before the lock, and could count too few, so the
--- limit would not hold there): every claim that took jobs of the limit held
--- its row until it committed, and InnoDB makes a commit visible before it releases the
--- transaction's locks, so the count includes every job those claims leased, and no other
--- claim can lease one of the limit's jobs until this one commits. The limit's room is then
--- its head's limit_size less that count; the same statement walks the limit's due ready
--- jobs in claim order, one index probe each, taking at most the room (and %(limit)s). The
--- ninth locks them (still ready: checked again once locked) together with the jobs set
--- aside, and keeps the first %(limit)s of all in claim order: a limit's jobs are a prefix
--- of its claim order, never more than its room, so no two claims ever take the same last
--- slot. A slot frees when a job leaves running by any path: nothing is written, since the
--- count reads the running rows themselves. With no limited job ready, the fifth statement
--- reads one index entry and the others read nothing, but each still costs its round trip
--- and its planning: about 2 ms a claim in all on MariaDB 10.11 (3 ms without them).
+-- job of a served, unpaused queue in claim order (its head) and keeps, of the limits with
+-- a free slot (fewer running jobs than the head's limit_size, or no size) and a start left
+-- (no pace of dbqueue_rate_bucket further ahead of the clock than the burst allows, or no
+-- rate), the %(limit)s with the first heads: only a hint, read without a lock. The seventh
+-- writes the dbqueue_limit rows missing (a limit's first claim; a claimer racing to write
+-- the same row waits for the other's claim to commit, once per limit ever). The eighth
+-- locks those limits' rows FOR UPDATE SKIP LOCKED: a limit another claim holds is left to
+-- a later claim, never awaited, so claimers never queue behind each other. Only then does
+-- the ninth count each held limit's running jobs and read its pace; it is a statement of
+-- its own because the worker's connection runs at READ COMMITTED (Django's default for
+-- MySQL, docs/howto/databases.md), where each statement reads the latest committed rows
+-- (at REPEATABLE READ it would read the snapshot of the claim's first statement, taken
+-- before the lock, and could count too few, so the limit would not hold there): every
+-- claim that took jobs of the limit, or moved its pace, held its row until it committed,
+-- and InnoDB makes a commit visible before it releases the transaction's locks, so the
+-- count includes every job those claims leased and the pace every start they made, and no
+-- other claim can lease one of the limit's jobs until this one commits. The limit's room
+-- is then the least of %(limit)s, its head's limit_size less that count (no size: no cap)
+-- and, for a rate, the starts its GCRA admits by the statement's clock, read after the
+-- lock (limits.py): with burst = max(1, floor(rate / 10)) and due the later of the pace's
+-- due_at and the clock (no pace: the clock), max(0, floor(burst - 1 - (due - clock) *
+-- rate + 1e-9) + 1). The same statement walks the limit's due ready jobs in claim order,
+-- one index probe each, taking at most the room. The tenth locks them (still ready:
+-- checked again once locked) together with the jobs set aside, and keeps the first
+-- %(limit)s of all in claim order: a limit's jobs are a prefix of its claim order, never
+-- more than its room, so no two claims ever take the same last slot or start. The
+-- eleventh sets them aside in place of the first ones, with the clock read again, after
+-- the limits' locks, for started_at: a job starts after the finish its slot waited for,
+-- and no earlier than its start was admitted. A slot frees when a job leaves running by
+-- any path: nothing is written, since the count reads the running rows themselves. A
+-- start is spent for good: after the update, still under the limits' locks, the
+-- thirteenth and fourteenth move each paced limit's due_at on by the k jobs of it that
+-- started, to the later of due_at and started_at plus k / rate (a missing pace row is
+-- inserted, at started_at plus k / rate; to the microsecond, rounded as PostgreSQL rounds
+-- it), rate being the highest limit_rate of those jobs (as PostgreSQL takes it). They
+-- update the rows that exist, then insert the missing ones (found by a consistent read at
+-- READ COMMITTED), so no claim takes a gap lock on dbqueue_rate_bucket and claims pacing
+-- different limits never wait for each other.
 -- A paused queue (dbqueue_queue_pause, pauses.py) is never served: the statements that
 -- choose jobs leave out every queue whose pause is in force (until NULL or ahead of the
 -- clock), so its jobs are passed over in the index as those of a queue not named are, never
@@ -207,8 +229,12 @@ UNION ALL
  FOR UPDATE SKIP LOCKED)
 ORDER BY priority DESC, run_at, id
 LIMIT %(limit)s;
-SET @dbqueue_chosen = %(previous)s;
-SELECT h.limit_key, h.limit_size FROM (
+SET @dbqueue_chosen = %(previous)s, @dbqueue_claimed_at = UTC_TIMESTAMP(6);
+SELECT 1 AS limited FROM dbqueue_job FORCE INDEX (dbqueue_job_limited_my)
+WHERE state = 'ready' AND limit_key IS NOT NULL
+LIMIT 1;
+/* if previous */
+SELECT h.limit_key, h.id AS head_id FROM (
     SELECT (
         SELECT x.id FROM dbqueue_job AS x FORCE INDEX (dbqueue_job_limited_my)
         WHERE x.state = 'ready' AND x.limit_key = g.limit_key AND x.run_at <= UTC_TIMESTAMP(6)
@@ -231,31 +257,55 @@ SELECT h.limit_key, h.limit_size FROM (
     ) AS g
 ) AS head
 STRAIGHT_JOIN dbqueue_job AS h FORCE INDEX (PRIMARY) ON h.id = head.id
-WHERE h.limit_size > (
+WHERE (h.limit_size IS NULL OR h.limit_size > (
     SELECT COUNT(*) FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_limited_my)
     WHERE r.state = 'running' AND r.limit_key = h.limit_key
-)
+))
+  AND (h.limit_rate IS NULL OR NOT EXISTS (
+      SELECT 1 FROM dbqueue_rate_bucket AS b
+      WHERE b.limit_key = h.limit_key
+        AND b.due_at > UTC_TIMESTAMP(6) + INTERVAL CEILING(
+            (GREATEST(1, FLOOR(h.limit_rate / 10)) - 1) / h.limit_rate * 1000000
+        ) MICROSECOND
+  ))
 ORDER BY h.priority DESC, h.run_at, h.id
 LIMIT %(limit)s;
+/* if previous */
 INSERT IGNORE INTO dbqueue_limit (limit_key)
 SELECT wanted.limit_key
 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (limit_key VARCHAR(300) PATH '$[0]')) AS wanted
 WHERE NOT EXISTS (SELECT 1 FROM dbqueue_limit AS l WHERE l.limit_key = wanted.limit_key)
 ORDER BY CAST(wanted.limit_key AS BINARY);
-SELECT l.limit_key, wanted.limit_size
+/* if previous */
+SELECT l.limit_key, wanted.head_id
 FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
-    limit_key VARCHAR(300) PATH '$[0]', limit_size INT PATH '$[1]'
+    limit_key VARCHAR(300) PATH '$[0]', head_id BIGINT PATH '$[1]'
 )) AS wanted
 STRAIGHT_JOIN dbqueue_limit AS l FORCE INDEX (PRIMARY) ON l.limit_key = wanted.limit_key
 FOR UPDATE SKIP LOCKED;
+/* if previous */
 WITH RECURSIVE held AS (
-    SELECT held_limit.limit_key, LEAST(%(limit)s, held_limit.limit_size - (
-        SELECT COUNT(*) FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_limited_my)
-        WHERE r.state = 'running' AND r.limit_key = held_limit.limit_key
-    )) AS room
+    SELECT held_limit.limit_key, LEAST(
+        %(limit)s,
+        CASE WHEN head.limit_size IS NULL THEN %(limit)s
+             ELSE head.limit_size - (
+                 SELECT COUNT(*) FROM dbqueue_job AS r FORCE INDEX (dbqueue_job_limited_my)
+                 WHERE r.state = 'running' AND r.limit_key = held_limit.limit_key
+             ) END,
+        CASE WHEN head.limit_rate IS NULL THEN %(limit)s
+             ELSE GREATEST(0, FLOOR(
+                 GREATEST(1, FLOOR(head.limit_rate / 10)) - 1
+                 - TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), GREATEST(COALESCE((
+                       SELECT b.due_at FROM dbqueue_rate_bucket AS b FORCE INDEX (PRIMARY)
+                       WHERE b.limit_key = held_limit.limit_key
+                   ), UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6))) * head.limit_rate / 1e6
+                 + 1e-9
+             ) + 1) END
+    ) AS room
     FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (
-        limit_key VARCHAR(300) PATH '$[0]', limit_size INT PATH '$[1]'
+        limit_key VARCHAR(300) PATH '$[0]', head_id BIGINT PATH '$[1]'
     )) AS held_limit
+    STRAIGHT_JOIN dbqueue_job AS head FORCE INDEX (PRIMARY) ON head.id = held_limit.head_id
 ),
 taken (limit_key, room, n, id, negated_priority, run_at) AS (
     SELECT held.limit_key, held.room, 1, j.id, j.negated_priority, j.run_at
@@ -302,6 +352,7 @@ taken (limit_key, room, n, id, negated_priority, run_at) AS (
     WHERE t.n < t.room
 )
 SELECT id FROM taken;
+/* if previous */
 SELECT c.id, c.priority, c.run_at
 FROM (
     SELECT kept.id FROM JSON_TABLE(@dbqueue_chosen, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS kept
@@ -313,8 +364,9 @@ WHERE c.state = 'ready'
 ORDER BY c.priority DESC, c.run_at, c.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
-SET @dbqueue_claimed_at = UTC_TIMESTAMP(6);
-UPDATE JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+/* if previous */
+SET @dbqueue_chosen = %(previous)s, @dbqueue_claimed_at = UTC_TIMESTAMP(6);
+UPDATE JSON_TABLE(@dbqueue_chosen, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 SET j.state = 'running', j.attempts = j.attempts + 1, j.lease_token = j.lease_token + 1,
     j.worker_id = %(worker_id)s, j.last_worker_id = %(worker_id)s,
@@ -324,9 +376,36 @@ WHERE NOT EXISTS (
     SELECT 1 FROM dbqueue_queue_pause AS p
     WHERE p.queue = j.queue AND (p.until IS NULL OR p.until > @dbqueue_claimed_at)
 );
+/* if previous */
+UPDATE (
+    SELECT j.limit_key, ROUND(COUNT(*) / MAX(j.limit_rate) * 1000000) AS advance,
+           MAX(j.limit_rate) AS rate
+    FROM JSON_TABLE(@dbqueue_chosen, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+    STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+    WHERE j.state = 'running' AND j.limit_rate IS NOT NULL
+    GROUP BY j.limit_key
+) AS started
+STRAIGHT_JOIN dbqueue_rate_bucket AS b FORCE INDEX (PRIMARY) ON b.limit_key = started.limit_key
+SET b.due_at = GREATEST(b.due_at, @dbqueue_claimed_at) + INTERVAL started.advance MICROSECOND,
+    b.rate = started.rate;
+/* if previous */
+INSERT INTO dbqueue_rate_bucket (limit_key, due_at, rate)
+SELECT started.limit_key, @dbqueue_claimed_at + INTERVAL started.advance MICROSECOND, started.rate
+FROM (
+    SELECT j.limit_key, ROUND(COUNT(*) / MAX(j.limit_rate) * 1000000) AS advance,
+           MAX(j.limit_rate) AS rate
+    FROM JSON_TABLE(@dbqueue_chosen, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+    STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
+    WHERE j.state = 'running' AND j.limit_rate IS NOT NULL
+    GROUP BY j.limit_key
+) AS started
+WHERE NOT EXISTS (
+    SELECT 1 FROM dbqueue_rate_bucket AS b WHERE b.limit_key = started.limit_key
+)
+ORDER BY CAST(started.limit_key AS BINARY);
 SELECT j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
        j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta
-FROM JSON_TABLE(%(previous)s, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
+FROM JSON_TABLE(@dbqueue_chosen, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS chosen
 STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id
 WHERE j.state = 'running';
 
@@ -355,7 +434,11 @@ STRAIGHT_JOIN dbqueue_job AS j FORCE INDEX (PRIMARY) ON j.id = chosen.id;
 -- Seconds from the database clock until the next ready job of %(queues)s (NULL: every
 -- queue) that is not due yet becomes due, or NULL when there is none (jobs already due are
 -- left out: a claim just passed them by). A pause of a served queue that ends by itself
--- (until) is due then too: its jobs are claimable from that moment.
+-- (until) is due then too: its jobs are claimable from that moment. So is the next start
+-- of a rate-limited limit with due jobs in a served queue (dbqueue_rate_bucket: its due_at
+-- less (burst - 1) / rate seconds, that moment rounded up to the microsecond, when the
+-- claim admits one again); the table holds a row per limit paced in the last hour (the
+-- reaper's sweep), each checked by a probe of the limited index.
 SET @dbqueue_now = UTC_TIMESTAMP(6);
 SELECT TIMESTAMPDIFF(MICROSECOND, @dbqueue_now, MIN(due.at)) / 1000000.0 AS seconds
 FROM (
@@ -370,6 +453,23 @@ FROM (
       AND (%(queues)s IS NULL OR p.queue IN (
           SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (name VARCHAR(100) PATH '$')) AS q
       ))
+    UNION ALL
+    SELECT MIN(paced.at) FROM (
+        SELECT b.limit_key, b.due_at - INTERVAL FLOOR(
+                   (GREATEST(1, FLOOR(b.rate / 10)) - 1) / b.rate * 1000000
+               ) MICROSECOND AS at
+        FROM dbqueue_rate_bucket AS b
+    ) AS paced
+    WHERE paced.at > @dbqueue_now
+      AND EXISTS (
+          SELECT 1 FROM dbqueue_job AS j FORCE INDEX (dbqueue_job_limited_my)
+          WHERE j.state = 'ready' AND j.limit_key = paced.limit_key AND j.run_at <= @dbqueue_now
+            AND (%(queues)s IS NULL OR j.queue IN (
+                SELECT q.name FROM JSON_TABLE(%(queues)s, '$[*]' COLUMNS (
+                    name VARCHAR(100) PATH '$'
+                )) AS q
+            ))
+      )
 ) AS due;
 
 -- name: pause_queues
@@ -847,7 +947,8 @@ SELECT table_name AS table_name, column_name AS column_name, collation_name AS c
 FROM information_schema.columns
 WHERE table_schema = DATABASE()
   AND table_name IN (
-      'dbqueue_job', 'dbqueue_periodic_slot', 'dbqueue_queue_pause', 'dbqueue_limit'
+      'dbqueue_job', 'dbqueue_periodic_slot', 'dbqueue_queue_pause', 'dbqueue_limit',
+      'dbqueue_rate_bucket'
   )
   AND data_type IN ('char', 'varchar') AND collation_name <> %(exact)s
 ORDER BY table_name, ordinal_position;

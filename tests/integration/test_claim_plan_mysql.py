@@ -48,7 +48,8 @@ def big_backlog() -> None:
 
 def claim_statements() -> list[str]:
     """The claim block's statements, in order: the keyed window, the first job of each key
-    among them, the lock, then the update and its read-back."""
+    among them, the lock, then those of limited jobs (run only when one is ready), the
+    update and its read-back."""
     return sql.statements("mysql")["claim"].split(sql.STATEMENT_END)
 
 

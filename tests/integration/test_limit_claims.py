@@ -1,23 +1,28 @@
 """Concurrency limits in the claim, on whichever database ``DATABASE_URL`` names: a claim takes
 no more of a limit's jobs than its room (its size less its running jobs), in claim order,
 passes full limits by without holding anything else back, and never lets concurrent
-claimers run more than a limit's size at once."""
+claimers run more than a limit's size at once. A rate's claims start no more of its jobs
+than its GCRA admits, to the microsecond, whatever the number of claimers."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_dbqueue import leases, pauses
-from django_dbqueue.models import Job, JobState
+from django_dbqueue import leases, pauses, sql
+from django_dbqueue.models import Job, JobState, RateBucket
 from tests.factories import JobFactory
 from tests.integration.test_leases import WAIT, run_in_thread
 
@@ -253,3 +258,286 @@ def test_concurrent_claimers_never_run_more_jobs_of_a_limit_than_its_size() -> N
     jobs = Job.objects.filter(limit_key=SEND)
     assert set(jobs.values_list("state", "attempts")) == {(JobState.SUCCEEDED, 1)}
     assert jobs.count() == JOBS
+
+
+PACED = "task:tests.jobs.limit_tasks.paced"
+
+
+@pytest.fixture
+def stopped_clock(monkeypatch: pytest.MonkeyPatch) -> datetime:
+    """SQLite's statements read the host clock: stop it 50 ms before a whole second, so a
+    pace 50 ms ahead is due on the second (stored with no fraction) and one a microsecond
+    later in the next second."""
+    stopped = timezone.now().replace(microsecond=950_000)
+    monkeypatch.setattr(timezone, "now", lambda: stopped)
+    return stopped
+
+
+def paced_jobs(rate: float, size: int | None = None, count: int = 12) -> None:
+    for _ in range(count):
+        ready(PACED, size, limit_rate=rate)
+
+
+def pace(due_at: datetime, rate: float = 20) -> None:
+    RateBucket.objects.create(limit_key=PACED, due_at=due_at, rate=rate)
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("rate", "ahead", "admitted"),
+    [
+        (20, None, 2),  # burst max(1, floor(20 / 10)): no bucket is a full one
+        (20, -5_000_000, 2),  # a pace behind the clock is no pace
+        (20, 0, 2),
+        (20, 49_999, 1),
+        (20, 50_000, 1),  # exactly one period ahead: 1 - 1 + 1e-9 admits one
+        (20, 50_001, 0),
+        (20, 100_000, 0),  # floor(-1 + 1e-9) + 1 is 0, where truncating would give 1
+        (100, 80_000, 2),
+        (100, 80_001, 1),
+        (100, 90_000, 1),
+        (0.5, 0, 1),
+        (0.5, 1, 0),
+    ],
+)
+def test_on_sqlite_a_rate_admits_its_gcra_starts_to_the_microsecond(
+    stopped_clock: datetime, rate: float, ahead: int | None, admitted: int
+) -> None:
+    """A rate-only limit (no size) admits max(0, floor(burst - 1 - d * rate + 1e-9) + 1)
+    starts, d being how far its pace lies ahead of the clock, to the microsecond."""
+    paced_jobs(rate)
+    if ahead is not None:
+        pace(stopped_clock + timedelta(microseconds=ahead), rate)
+
+    assert len(claimed()) == admitted
+
+
+@pytest.mark.sqlite
+def test_on_sqlite_a_claim_moves_the_pace_by_the_starts_it_made_and_no_other(
+    stopped_clock: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paced_jobs(20)
+    pace(stopped_clock + timedelta(milliseconds=10))
+
+    assert len(claimed(worker="w1")) == 1
+    assert RateBucket.objects.get().due_at == stopped_clock + timedelta(milliseconds=60)
+    # The same worker again at the same instant: nothing admitted, nothing moved.
+    assert claimed(worker="w1") == []
+    assert RateBucket.objects.get().due_at == stopped_clock + timedelta(milliseconds=60)
+    workers = Job.objects.filter(state=JobState.RUNNING).values_list("worker_id", flat=True)
+    assert set(workers) == {"w1"}
+
+    later = stopped_clock + timedelta(seconds=5)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    assert len(claimed()) == 2
+    bucket = RateBucket.objects.get()
+    assert (bucket.due_at, bucket.rate) == (later + timedelta(milliseconds=100), 20)
+
+
+@pytest.mark.sqlite
+def test_on_sqlite_a_new_pace_starts_at_the_claim_and_a_size_caps_the_rate(
+    stopped_clock: datetime,
+) -> None:
+    for _ in range(2):
+        running(PACED, 3, limit_rate=100)
+    paced_jobs(100, size=3)
+
+    assert len(claimed()) == 1
+    assert RateBucket.objects.get().due_at == stopped_clock + timedelta(milliseconds=10)
+
+
+@pytest.mark.sqlite
+def test_on_sqlite_an_idle_claimer_wakes_when_the_burst_has_room_again(
+    stopped_clock: datetime,
+) -> None:
+    ready(PACED, None, limit_rate=20, queue="a")
+    pace(stopped_clock + timedelta(seconds=1))
+
+    assert claimed() == []
+    # 1 s ahead with a burst of 2: one start is due one period (50 ms) before that.
+    assert leases.next_due(["a"]) == pytest.approx(0.95, abs=0.001)
+    assert leases.next_due(["b"]) is None
+
+
+#: (rate, how far the pace lies ahead of the clock in microseconds or None for no pace,
+#: the starts a claim admits), as the SQLite cases above.
+GCRA_CASES = [
+    (20, None, 2),
+    (20, -5_000_000, 2),
+    (20, 0, 2),
+    (20, 49_999, 1),
+    (20, 50_000, 1),
+    (20, 50_001, 0),
+    (20, 100_000, 0),
+    (100, 80_000, 2),
+    (100, 80_001, 1),
+    (100, 90_000, 1),
+    (0.5, 0, 1),
+    (0.5, 1, 0),
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+
+
+@pytest.fixture
+def frozen_database_clock() -> Iterator[Callable[[datetime], None]]:
+    """MySQL/MariaDB's statements read the database clock (UTC_TIMESTAMP): stop it, on this
+    test's connection, at the instant ``freeze(at)`` names; it runs again afterwards."""
+
+    def freeze(at: datetime) -> None:
+        microseconds = (at - EPOCH) // timedelta(microseconds=1)
+        with connection.cursor() as cursor:
+            cursor.execute("SET timestamp = %s", [Decimal(microseconds).scaleb(-6)])
+
+    yield freeze
+    with connection.cursor() as cursor:
+        cursor.execute("SET timestamp = DEFAULT")
+
+
+@pytest.fixture
+def stopped_database_clock(frozen_database_clock: Callable[[datetime], None]) -> datetime:
+    """The database clock stopped 50 ms before a whole second (as ``stopped_clock``)."""
+    stopped = timezone.now().replace(microsecond=950_000)
+    frozen_database_clock(stopped)
+    return stopped
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize(("rate", "ahead", "admitted"), GCRA_CASES)
+def test_on_mysql_a_rate_admits_its_gcra_starts_to_the_microsecond(
+    stopped_database_clock: datetime, rate: float, ahead: int | None, admitted: int
+) -> None:
+    """As on SQLite: max(0, floor(burst - 1 - d * rate + 1e-9) + 1) starts, d read after the
+    limit's row lock, to the microsecond."""
+    paced_jobs(rate)
+    if ahead is not None:
+        pace(stopped_database_clock + timedelta(microseconds=ahead), rate)
+
+    assert len(claimed()) == admitted
+
+
+@pytest.mark.mysql
+def test_on_mysql_a_claim_moves_the_pace_by_the_starts_it_made_and_no_other(
+    stopped_database_clock: datetime, frozen_database_clock: Callable[[datetime], None]
+) -> None:
+    paced_jobs(20)
+    pace(stopped_database_clock + timedelta(milliseconds=10))
+
+    assert len(claimed(worker="w1")) == 1
+    assert RateBucket.objects.get().due_at == stopped_database_clock + timedelta(milliseconds=60)
+    assert claimed(worker="w1") == []
+    assert RateBucket.objects.get().due_at == stopped_database_clock + timedelta(milliseconds=60)
+
+    later = stopped_database_clock + timedelta(seconds=5)
+    frozen_database_clock(later)
+    assert len(claimed()) == 2
+    bucket = RateBucket.objects.get()
+    assert (bucket.due_at, bucket.rate) == (later + timedelta(milliseconds=100), 20)
+
+
+@pytest.mark.mysql
+def test_on_mysql_a_new_pace_starts_at_the_claim_and_a_size_caps_the_rate(
+    stopped_database_clock: datetime,
+) -> None:
+    for _ in range(2):
+        running(PACED, 3, limit_rate=100)
+    paced_jobs(100, size=3)
+
+    assert len(claimed()) == 1
+    assert RateBucket.objects.get().due_at == stopped_database_clock + timedelta(milliseconds=10)
+
+
+@pytest.mark.mysql
+def test_on_mysql_an_idle_claimer_wakes_when_the_burst_has_room_again(
+    stopped_database_clock: datetime,
+) -> None:
+    ready(PACED, None, limit_rate=20, queue="a")
+    pace(stopped_database_clock + timedelta(seconds=1))
+
+    assert claimed() == []
+    assert leases.next_due(["a"]) == pytest.approx(0.95, abs=1e-6)
+    assert leases.next_due(["b"]) is None
+
+
+def test_limits_whose_pace_is_spent_leave_the_claim_to_limits_behind_them() -> None:
+    now = timezone.now()
+    for key in ("key:a", "key:b", "key:c"):
+        ready(key, None, limit_rate=1, priority=9)
+        RateBucket.objects.create(limit_key=key, due_at=now + timedelta(hours=1), rate=1)
+    behind = ready("key:d", None, limit_rate=1)
+
+    assert claimed(limit=2) == [behind.pk]
+
+
+#: The rate of the concurrent test and how many of its jobs it drains: the burst (5), then
+#: one start every 20 ms (a whole number of microseconds: the pace is exact) for about 1 s.
+CONCURRENT_RATE = 50
+PACED_JOBS = 55
+
+
+@pytest.mark.locking
+def test_concurrent_claimers_never_start_a_rate_s_jobs_faster_than_its_gcra_allows() -> None:
+    """Threads with connections of their own claim jobs of one rate (50/s, burst 5) from two
+    queues until all have started: any k consecutive starts (by started_at, the database
+    clock) span at least (k - burst) / rate seconds, so no window of T seconds holds more than
+    burst + T * rate of them, and every job starts once."""
+    for n in range(PACED_JOBS):
+        ready(PACED, None, limit_rate=CONCURRENT_RATE, queue=QUEUES[n % 2], run_at=ago(600 - n))
+    deadline = time.monotonic() + WAIT
+
+    def claimer(worker: str, queue: str) -> None:
+        pace = random.Random(worker)
+        try:
+            while time.monotonic() < deadline:
+                if not leases.claim([queue], worker, 3):
+                    if not Job.objects.filter(queue=queue, state=JobState.READY).exists():
+                        return
+                    time.sleep(pace.uniform(0.0005, 0.003))
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        claimers = [pool.submit(claimer, f"w{n}", QUEUES[n % 2]) for n in range(THREADS)]
+        for finished_claimer in claimers:
+            finished_claimer.result(timeout=WAIT)
+    jobs = Job.objects.filter(limit_key=PACED)
+    assert set(jobs.values_list("state", "attempts")) == {(JobState.RUNNING, 1)}
+    starts = sorted(jobs.values_list("started_at", flat=True))
+    assert len(starts) == PACED_JOBS
+    burst = CONCURRENT_RATE // 10
+    tightest = min(
+        (starts[j] - starts[i]).total_seconds() * CONCURRENT_RATE - (j - i + 1 - burst)
+        for i in range(len(starts))
+        for j in range(i + burst, len(starts))
+    )
+    assert tightest >= -1e-6, f"{tightest:.6f} periods short: the rate was exceeded"
+
+
+TRANSACTION = {"BEGIN", "COMMIT", "ROLLBACK"}
+
+
+def statements_of(queries: CaptureQueriesContext) -> list[str]:
+    """The statements captured, less the transaction's own BEGIN and COMMIT."""
+    return [query["sql"] for query in queries.captured_queries if query["sql"] not in TRANSACTION]
+
+
+@pytest.mark.mysql
+def test_on_mysql_a_claim_with_no_limited_job_ready_runs_no_limit_statement() -> None:
+    """Free when unused: with no limited job ready the claim runs its probe (one index
+    probe) and none of the statements marked ``/* if previous */``, so nothing reads
+    dbqueue_limit or dbqueue_rate_bucket; with one ready, every statement runs."""
+    ready(None, None)
+    ready(SEND, 1, state=JobState.SUCCEEDED, finished_at=ago(1))
+    block = sql.statements("mysql")["claim"].split(sql.STATEMENT_END)
+    unmarked = [s for s in block if not s.lstrip().startswith(sql.IF_PREVIOUS)]
+
+    with CaptureQueriesContext(connection) as plain:
+        assert len(claimed()) == 1
+    ready(SEND, 1)
+    with CaptureQueriesContext(connection) as limited:
+        assert len(claimed()) == 1
+
+    ran = statements_of(plain)
+    assert len(ran) == len(unmarked)
+    assert not any("dbqueue_limit" in text or "dbqueue_rate_bucket" in text for text in ran)
+    assert len(statements_of(limited)) == len(block)
