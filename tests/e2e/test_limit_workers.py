@@ -32,7 +32,8 @@ from tests.waiting import wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# On PostgreSQL and MySQL/MariaDB: each keeps its limits its own way (sql/<vendor>.sql).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.locking]
 
 JOBS = 120
 MILLISECONDS = 200

@@ -282,24 +282,26 @@ def pace(due_at: datetime, rate: float = 20) -> None:
     RateBucket.objects.create(limit_key=PACED, due_at=due_at, rate=rate)
 
 
+#: (rate, how far the pace lies ahead of the clock in microseconds or None for no pace,
+#: the starts a claim admits): max(0, floor(burst - 1 - d * rate + 1e-9) + 1).
+GCRA_CASES = [
+    (20, None, 2),  # burst max(1, floor(20 / 10)): no bucket is a full one
+    (20, -5_000_000, 2),  # a pace behind the clock is no pace
+    (20, 0, 2),
+    (20, 49_999, 1),
+    (20, 50_000, 1),  # exactly one period ahead: 1 - 1 + 1e-9 admits one
+    (20, 50_001, 0),
+    (20, 100_000, 0),  # floor(-1 + 1e-9) + 1 is 0, where truncating would give 1
+    (100, 80_000, 2),
+    (100, 80_001, 1),
+    (100, 90_000, 1),
+    (0.5, 0, 1),
+    (0.5, 1, 0),
+]
+
+
 @pytest.mark.sqlite
-@pytest.mark.parametrize(
-    ("rate", "ahead", "admitted"),
-    [
-        (20, None, 2),  # burst max(1, floor(20 / 10)): no bucket is a full one
-        (20, -5_000_000, 2),  # a pace behind the clock is no pace
-        (20, 0, 2),
-        (20, 49_999, 1),
-        (20, 50_000, 1),  # exactly one period ahead: 1 - 1 + 1e-9 admits one
-        (20, 50_001, 0),
-        (20, 100_000, 0),  # floor(-1 + 1e-9) + 1 is 0, where truncating would give 1
-        (100, 80_000, 2),
-        (100, 80_001, 1),
-        (100, 90_000, 1),
-        (0.5, 0, 1),
-        (0.5, 1, 0),
-    ],
-)
+@pytest.mark.parametrize(("rate", "ahead", "admitted"), GCRA_CASES)
 def test_on_sqlite_a_rate_admits_its_gcra_starts_to_the_microsecond(
     stopped_clock: datetime, rate: float, ahead: int | None, admitted: int
 ) -> None:
@@ -358,23 +360,6 @@ def test_on_sqlite_an_idle_claimer_wakes_when_the_burst_has_room_again(
     assert leases.next_due(["a"]) == pytest.approx(0.95, abs=0.001)
     assert leases.next_due(["b"]) is None
 
-
-#: (rate, how far the pace lies ahead of the clock in microseconds or None for no pace,
-#: the starts a claim admits), as the SQLite cases above.
-GCRA_CASES = [
-    (20, None, 2),
-    (20, -5_000_000, 2),
-    (20, 0, 2),
-    (20, 49_999, 1),
-    (20, 50_000, 1),
-    (20, 50_001, 0),
-    (20, 100_000, 0),
-    (100, 80_000, 2),
-    (100, 80_001, 1),
-    (100, 90_000, 1),
-    (0.5, 0, 1),
-    (0.5, 1, 0),
-]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
 
