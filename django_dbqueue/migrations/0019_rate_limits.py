@@ -6,8 +6,9 @@
 # that lets enqueues and claims go on (as in 0018), and dbqueue_limit_room takes the rate:
 # after the limit's lock and its running count, it reads the limit's bucket with a
 # snapshot of its own and admits the starts due by now, at most burst = max(1, rate/10)
-# at once (limits.burst: the same rule). The claim statement moves the bucket on by the
-# starts it made, before it commits and lets go of the lock (sql/postgresql.sql, claim).
+# at once (limits.burst: the same rule). dbqueue_pace(key, per_second, at) moves the bucket on by
+# one start: the claim calls it for each job of a rate limit it starts, before it commits and
+# lets go of the lock (sql/postgresql.sql, claim).
 # On MySQL and MariaDB the bucket table takes the app's exact binary collation (0009), and
 # Django's own RemoveConstraint and AddConstraint replace the CHECK constraint (its backend
 # drops one with DROP CHECK on MySQL, DROP CONSTRAINT on MariaDB), forwards and backwards;
@@ -78,7 +79,23 @@ POSTGRESQL_ROOM = [
     $$
     """,
 ]
+POSTGRESQL_PACE = [
+    """
+    CREATE OR REPLACE FUNCTION dbqueue_pace(key text, per_second float8, at timestamptz)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        INSERT INTO dbqueue_rate_bucket AS b (limit_key, due_at, rate)
+        VALUES (key, at + make_interval(secs => 1 / per_second), per_second)
+        ON CONFLICT (limit_key) DO UPDATE
+        SET due_at = greatest(b.due_at, at) + make_interval(secs => 1 / per_second),
+            rate = per_second;
+    END
+    $$
+    """
+]
 POSTGRESQL_ROOM_BACKWARD = [
+    "DROP FUNCTION IF EXISTS dbqueue_pace(text, float8, timestamptz)",
     "DROP FUNCTION IF EXISTS dbqueue_limit_room(text, integer, float8)",
     # 0018's function, as 0018 created it.
     *import_module("django_dbqueue.migrations.0018_concurrency_limits").POSTGRESQL_ROOM,
@@ -150,6 +167,7 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(
-            run_on("postgresql", POSTGRESQL_ROOM), run_on("postgresql", POSTGRESQL_ROOM_BACKWARD)
+            run_on("postgresql", [*POSTGRESQL_ROOM, *POSTGRESQL_PACE]),
+            run_on("postgresql", POSTGRESQL_ROOM_BACKWARD),
         ),
     ]
