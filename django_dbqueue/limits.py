@@ -39,7 +39,7 @@ from django.db import connections
 from django_dbqueue import clock, conf
 from django_dbqueue.exceptions import InvalidJob
 from django_dbqueue.models import RateBucket
-from django_dbqueue.validation import check_int
+from django_dbqueue.validation import check_int, is_whole
 
 TASK = "task:"
 QUEUE = "queue:"
@@ -47,7 +47,10 @@ KEY = "key:"
 
 #: A rate as written: ``100/m`` (100 starts a minute), ``5/s``, ``1000/h``, ``20/10s``.
 RATE = re.compile(r"(\d+)\s*/\s*(\d*)\s*([smhd])")
-RATE_RULE = "a rate is N/s, N/m, N/h or N/d (N starts per second, minute, hour or day), or N/10s"
+RATE_RULE = (
+    "a rate is N/s, N/m, N/h or N/d (N starts per second, minute, hour or day), or N/10s "
+    "(each number a whole number from 1 to 2147483647)"
+)
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: How long after its due time the reaper keeps a limit's pace (``RateBucket``): a row
 #: past its due time admits what no row would, so this only keeps the claims' clocks,
@@ -80,10 +83,9 @@ def parse_rate(name: str, text: object) -> float:
     """The starts per second ``text`` (``"100/m"``) allows, else ``InvalidJob`` naming ``name``."""
     found = RATE.fullmatch(text.strip()) if isinstance(text, str) else None
     count, every, unit = found.groups() if found else ("0", "", "s")
-    seconds = int(every or 1) * UNIT_SECONDS[unit]
-    if not found or int(count) < 1 or seconds < 1:
+    if not (is_whole(int(count), 1) and is_whole(int(every or 1), 1)):
         raise InvalidJob(f"{name} must be a rate, not {text!r}: {RATE_RULE}.")
-    return int(count) / seconds
+    return int(count) / (int(every or 1) * UNIT_SECONDS[unit])
 
 
 def is_rate(text: object) -> bool:

@@ -129,6 +129,8 @@ class TestRefused:
             ({"rate": "0/s"}, "rate must be a rate"),
             ({"rate": "5/0s"}, "rate must be a rate"),
             ({"rate": 5}, "rate must be a rate"),
+            ({"rate": "9" * 400 + "/s"}, "rate must be a rate"),
+            ({"rate": "1/" + "9" * 400 + "s"}, "rate must be a rate"),
         ],
     )
     def test_a_task_limit_that_is_no_limit_at_declaration(
