@@ -82,7 +82,7 @@ POSTGRESQL_ROOM = [
 POSTGRESQL_PACE = [
     """
     CREATE OR REPLACE FUNCTION dbqueue_pace(key text, per_second float8, at timestamptz)
-    RETURNS void
+    RETURNS boolean
     LANGUAGE plpgsql VOLATILE AS $$
     BEGIN
         INSERT INTO dbqueue_rate_bucket AS b (limit_key, due_at, rate)
@@ -90,6 +90,7 @@ POSTGRESQL_PACE = [
         ON CONFLICT (limit_key) DO UPDATE
         SET due_at = greatest(b.due_at, at) + make_interval(secs => 1 / per_second),
             rate = per_second;
+        RETURN true;
     END
     $$
     """

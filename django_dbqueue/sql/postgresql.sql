@@ -157,8 +157,9 @@ RETURNING id, created_at, run_at,
 -- next one is asked, so claimers neither wait for each other nor leave free slots to them.
 -- limited_chosen takes up to each room in claim order. The lock is held to the commit, and
 -- each job of a rate limit the UPDATE starts moves its limit's due time on by one period
--- (dbqueue_pace, called from RETURNING for those rows only: the plain path never reads
--- dbqueue_rate_bucket): the next claim of that limit counts and paces what this one started. claimed_at is read after the
+-- (dbqueue_pace, called once per such row by the final SELECT, whose CASE never calls it
+-- for the others: the plain path never reads dbqueue_rate_bucket): the next claim of that
+-- limit counts and paces what this one started. claimed_at is read after the
 -- admissions, so a job's started_at comes after the finish its slot waited for.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
@@ -385,22 +386,24 @@ claimed_at AS MATERIALIZED (
 ),
 paused AS MATERIALIZED (
     SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
+),
+claimed AS (
+    UPDATE dbqueue_job j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        lease_token = j.lease_token + 1,
+        worker_id = %(worker_id)s,
+        last_worker_id = %(worker_id)s,
+        lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
+        started_at = (SELECT at FROM claimed_at)
+    WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+      AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
+    RETURNING j.*
 )
-UPDATE dbqueue_job j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    lease_token = j.lease_token + 1,
-    worker_id = %(worker_id)s,
-    last_worker_id = %(worker_id)s,
-    lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-    started_at = (SELECT at FROM claimed_at)
-WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-  AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
-RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta,
-          CASE WHEN j.limit_rate IS NOT NULL
-               THEN dbqueue_pace(j.limit_key, j.limit_rate, (SELECT at FROM claimed_at))
-          END AS paced;
+SELECT id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until, lease_seconds,
+       queue, priority, run_at, backend, meta
+FROM claimed CROSS JOIN claimed_at
+WHERE CASE WHEN limit_rate IS NULL THEN true ELSE dbqueue_pace(limit_key, limit_rate, at) END;
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
