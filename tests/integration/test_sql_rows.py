@@ -29,14 +29,17 @@ CLAIM_COLUMNS = {
     "backend",
     "meta",
 }
-#: The column list that ends each vendor's claim block: RETURNING, or MySQL's final SELECT.
-LAST_COLUMN_LIST = re.compile(r"(RETURNING|SELECT)\s+((?:[\w.]+,\s*)*[\w.]+)(\s+FROM\b|\s*$)")
+#: A column list of a claim block: RETURNING, or a SELECT (MySQL's last, PostgreSQL's over the
+#: leased rows). The claim's own is the last one that names ``lease_token``: statements after
+#: it (the rate limits' pace on SQLite) return no rows.
+COLUMN_LIST = re.compile(r"(RETURNING|SELECT)\s+((?:[\w.]+,\s*)*[\w.]+)(\s+FROM\b|\s*;|\s*$)")
 
 
 def with_claim_columns(change: Callable[[list[str]], list[str]]) -> dict[str, str]:
-    """The vendor's statements, the claim's last column list rewritten by ``change``."""
+    """The vendor's statements, the claim's result column list rewritten by ``change``."""
     real = sql.statements(connection.vendor)
-    matches = list(LAST_COLUMN_LIST.finditer(real["claim"]))
+    lists = COLUMN_LIST.finditer(real["claim"])
+    matches = [found for found in lists if "lease_token" in found.group(2)]
     assert matches, real["claim"]
     last = matches[-1]
     columns = [column.strip() for column in last.group(2).split(",")]
