@@ -147,20 +147,23 @@ RETURNING id, created_at, run_at,
 -- 100,000 jobs on one key cost it 1 ms, as do 100,000 keys of one job each.
 -- Limited jobs (limit_key: limits.py) are out of the keyless index; shape.limited says
 -- whether any is ready (one probe of dbqueue_job_ready_limited, empty unless limits are in
--- use) and the plain path requires none. The limited path walks the limits with ready jobs
--- (limit_walk: one index probe each), takes each one's first due job in a served queue
--- (limit_head) where the statement's snapshot shows a free slot, and then, in claim order
--- and at most %(serial_window)s of them, admits each limit through dbqueue_limit_room (the
--- limit's advisory lock, taken without waiting, then its running jobs and pace read with a
--- snapshot of their own: migration 0019) until the rooms admitted cover %(limit)s
--- (limit_admitted, one call per step): a limit another claim holds admits nothing and the
--- next one is asked, so claimers neither wait for each other nor leave free slots to them.
--- limited_chosen takes up to each room in claim order. The lock is held to the commit, and
--- each job of a rate limit the UPDATE starts moves its limit's due time on by one period
--- (dbqueue_pace, called once per such row by the final SELECT, whose CASE never calls it
--- for the others: the plain path never reads dbqueue_rate_bucket): the next claim of that
--- limit counts and paces what this one started. claimed_at is read after the
--- admissions, so a job's started_at comes after the finish its slot waited for.
+-- use) and the plain path requires none. The limited path is one call, behind that probe's
+-- one-time filter, of dbqueue_limited_candidates (migration 0020), so a claim with no ready
+-- limited job initialises one node for it, and PL/pgSQL plans the function's statements
+-- once per session: it walks the limits with ready jobs (one index probe each), takes each
+-- one's first due job in a served queue where a fresh snapshot shows a free slot, and then,
+-- in claim order and at most %(serial_window)s of them, admits each limit through
+-- dbqueue_limit_room (the limit's advisory lock, taken without waiting, then its running jobs
+-- and pace read with a snapshot of their own: migration 0019) until the rooms admitted
+-- cover %(limit)s: a limit another claim holds admits nothing and the next one is asked, so
+-- claimers neither wait for each other nor leave free slots to them. Each admitted limit
+-- gives up to its room of its jobs, locked FOR UPDATE SKIP LOCKED with a snapshot taken
+-- after its lock. The lock is held to the commit, and each job of a rate limit the UPDATE
+-- starts moves its limit's due time on by one period (dbqueue_pace, called once per such
+-- row by the final SELECT over the rows the UPDATE returned, whose CASE never calls it for
+-- the others: the plain path never reads dbqueue_rate_bucket): the next claim of that limit
+-- counts and paces what this one started. claimed_at is read after the admissions, so a
+-- job's started_at comes after the finish its slot waited for.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
                 WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
@@ -297,69 +300,12 @@ keyless_chosen AS (
     ) c
     WHERE NOT (SELECT plain FROM shape)
 ),
-limit_walk AS (
-    SELECT (
-        SELECT min(limit_key) FROM dbqueue_job
-        WHERE state = 'ready' AND limit_key IS NOT NULL
-    ) AS limit_key
-    WHERE (SELECT limited FROM shape)
-    UNION ALL
-    SELECT (
-        SELECT min(j.limit_key) FROM dbqueue_job j
-        WHERE j.state = 'ready' AND j.limit_key > w.limit_key
-    )
-    FROM limit_walk w
-    WHERE w.limit_key IS NOT NULL
-),
-limit_head AS (
-    SELECT w.limit_key, h.limit_size, h.limit_rate, h.priority, h.run_at, h.id
-    FROM limit_walk w
-    CROSS JOIN LATERAL (
-        SELECT id, limit_size, limit_rate, priority, run_at FROM dbqueue_job
-        WHERE state = 'ready' AND limit_key = w.limit_key AND run_at <= statement_timestamp()
-          AND queue = ANY (ARRAY(SELECT queue FROM served))
-        ORDER BY limit_key, priority DESC, run_at, id
-        LIMIT 1
-    ) h
-    WHERE w.limit_key IS NOT NULL
-      AND (h.limit_size IS NULL OR h.limit_size > (
-          SELECT count(*) FROM dbqueue_job r
-          WHERE r.state = 'running' AND r.limit_key = w.limit_key
-      ))
-),
-limit_order AS MATERIALIZED (
-    SELECT limit_key, limit_size, limit_rate,
-           row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank
-    FROM limit_head
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(serial_window)s
-),
-limit_admitted AS (
-    SELECT 0::bigint AS rank, NULL::text AS limit_key, 0 AS room, 0 AS total
-    UNION ALL
-    SELECT o.rank, o.limit_key, r.room, a.total + r.room
-    FROM limit_admitted a
-    JOIN limit_order o ON o.rank = a.rank + 1
-    CROSS JOIN LATERAL (
-        SELECT dbqueue_limit_room(o.limit_key, o.limit_size, o.limit_rate) AS room
-    ) r
-    WHERE a.total < %(limit)s
-),
-limit_room AS MATERIALIZED (
-    SELECT limit_key, room FROM limit_admitted WHERE rank > 0
-),
 limited_chosen AS (
-    SELECT c.id, c.queue, c.priority, c.run_at
-    FROM limit_room l
-    CROSS JOIN LATERAL (
-        SELECT id, queue, priority, run_at FROM dbqueue_job m
-        WHERE state = 'ready' AND limit_key = l.limit_key AND run_at <= statement_timestamp()
-          AND queue = ANY (ARRAY(SELECT queue FROM served))
-        ORDER BY limit_key, priority DESC, run_at, id
-        LIMIT least(l.room, %(limit)s)
-        FOR UPDATE SKIP LOCKED
-    ) c
-    WHERE l.room > 0
+    SELECT job_id AS id, job_queue AS queue, job_priority AS priority, job_run_at AS run_at
+    FROM dbqueue_limited_candidates(
+        ARRAY(SELECT queue FROM served), %(limit)s::integer, %(serial_window)s::integer
+    )
+    WHERE (SELECT limited FROM shape)
 ),
 candidate AS (
     SELECT id, queue,
@@ -382,7 +328,7 @@ chosen AS (
     LIMIT %(limit)s)
 ),
 claimed_at AS MATERIALIZED (
-    SELECT clock_timestamp() AS at FROM (SELECT count(*) FROM limit_room) admitted
+    SELECT clock_timestamp() AS at FROM (SELECT count(*) FROM limited_chosen) admitted
 ),
 paused AS MATERIALIZED (
     SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
@@ -398,7 +344,9 @@ claimed AS (
         started_at = (SELECT at FROM claimed_at)
     WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
       AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
-    RETURNING j.*
+    RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+              j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta,
+              j.limit_key, j.limit_rate
 )
 SELECT id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until, lease_seconds,
        queue, priority, run_at, backend, meta
