@@ -290,6 +290,21 @@ def test_migration_0016_can_be_reversed_and_applied_again(database_url: str) -> 
     assert awaited == (False,)
 
 
+@pytest.mark.postgresql
+def test_migration_0020_can_be_reversed_and_applied_again(database_url: str) -> None:
+    candidates = "SELECT to_regprocedure('dbqueue_limited_candidates(text[], integer, integer)')"
+    finished(migrate(database_url))
+    finished(migrate(database_url, "django_dbqueue", "0019"))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        assert observer.execute(candidates).fetchone() == (None,)
+    finished(migrate(database_url))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        none_ready = observer.execute(
+            "SELECT count(*) FROM dbqueue_limited_candidates(ARRAY['default'], 10, 100)"
+        ).fetchone()
+    assert none_ready == (0,)
+
+
 @pytest.mark.mysql
 def test_migration_0016_makes_a_waiting_mysql_job_hold_its_dedupe_key_and_reverses(
     mysql_database_url: str,
