@@ -159,11 +159,18 @@ RETURNING id, created_at, run_at,
 -- claimers neither wait for each other nor leave free slots to them. Each admitted limit
 -- gives up to its room of its jobs, locked FOR UPDATE SKIP LOCKED with a snapshot taken
 -- after its lock. The lock is held to the commit, and each job of a rate limit the UPDATE
--- starts moves its limit's due time on by one period (dbqueue_pace, called once per such
--- row by the final SELECT over the rows the UPDATE returned, whose CASE never calls it for
--- the others: the plain path never reads dbqueue_rate_bucket): the next claim of that limit
--- counts and paces what this one started. claimed_at is read after the admissions, so a
--- job's started_at comes after the finish its slot waited for.
+-- starts moves its limit's due time on by one period (dbqueue_pace, called by the CASE
+-- that sets started_at, for those rows only: the plain path never reads
+-- dbqueue_rate_bucket): the next claim of that limit counts and paces what this one
+-- started. PostgreSQL computes a row's new values, pace included, once per version of the
+-- row it meets: every chosen row is locked by this statement already, so the UPDATE meets
+-- the version it writes, unless another transaction committed a newer one after the
+-- statement's snapshot (the function reads with fresher snapshots). A row not ready in the
+-- statement's snapshot (requeued, reaped or made ready by its workflow since) is left ready
+-- for the next claim (j.state = 'ready'); one changed and left ready in between is paced
+-- twice, so its limit starts one job fewer in that period, never one more. claimed_at is
+-- read after the admissions, so a job's started_at comes after the finish its slot waited
+-- for.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
                 WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
@@ -332,26 +339,24 @@ claimed_at AS MATERIALIZED (
 ),
 paused AS MATERIALIZED (
     SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
-),
-claimed AS (
-    UPDATE dbqueue_job j
-    SET state = 'running',
-        attempts = j.attempts + 1,
-        lease_token = j.lease_token + 1,
-        worker_id = %(worker_id)s,
-        last_worker_id = %(worker_id)s,
-        lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
-        started_at = (SELECT at FROM claimed_at)
-    WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-      AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
-    RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
-              j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta,
-              j.limit_key, j.limit_rate
 )
-SELECT id, lease_token, task, args, kwargs, attempts, max_attempts, lease_until, lease_seconds,
-       queue, priority, run_at, backend, meta
-FROM claimed CROSS JOIN claimed_at
-WHERE CASE WHEN limit_rate IS NULL THEN true ELSE dbqueue_pace(limit_key, limit_rate, at) END;
+UPDATE dbqueue_job j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    lease_token = j.lease_token + 1,
+    worker_id = %(worker_id)s,
+    last_worker_id = %(worker_id)s,
+    lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds),
+    started_at = CASE
+        WHEN j.limit_rate IS NULL THEN (SELECT at FROM claimed_at)
+        WHEN dbqueue_pace(j.limit_key, j.limit_rate, (SELECT at FROM claimed_at))
+            THEN (SELECT at FROM claimed_at)
+    END
+WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
+  AND j.state = 'ready'
+  AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
+RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
+          j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;
 
 -- name: claim_jobs
 -- Lease the jobs of %(job_ids)s (a JSON array of ids) that are ready, due or not: eager mode
