@@ -162,15 +162,13 @@ RETURNING id, created_at, run_at,
 -- starts moves its limit's due time on by one period (dbqueue_pace, called by the CASE
 -- that sets started_at, for those rows only: the plain path never reads
 -- dbqueue_rate_bucket): the next claim of that limit counts and paces what this one
--- started. PostgreSQL computes a row's new values, pace included, once per version of the
--- row it meets: every chosen row is locked by this statement already, so the UPDATE meets
--- the version it writes, unless another transaction committed a newer one after the
--- statement's snapshot (the function reads with fresher snapshots). A row not ready in the
--- statement's snapshot (requeued, reaped or made ready by its workflow since) is left ready
--- for the next claim (j.state = 'ready'); one changed and left ready in between is paced
--- twice, so its limit starts one job fewer in that period, never one more. claimed_at is
--- read after the admissions, so a job's started_at comes after the finish its slot waited
--- for.
+-- started. The function reads with snapshots fresher than the statement's, so it may lock
+-- a job made ready since (requeued, reaped, released by its workflow): the UPDATE would meet
+-- that job's older version first and compute its new values from it (a dead job's spent
+-- budget failing the CHECK, a pace moved on twice), so limited_chosen keeps only the jobs
+-- ready and due in the statement's snapshot too (seen, one primary-key probe each); the
+-- others stay ready for the next claim. claimed_at is read after the admissions, so a
+-- job's started_at comes after the finish its slot waited for.
 WITH RECURSIVE shape AS MATERIALIZED (
     SELECT CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first
                 WHEN jsonb_array_length(%(queues)s::jsonb) = 1 THEN %(queues)s::jsonb ->> 0
@@ -308,10 +306,16 @@ keyless_chosen AS (
     WHERE NOT (SELECT plain FROM shape)
 ),
 limited_chosen AS (
-    SELECT job_id AS id, job_queue AS queue, job_priority AS priority, job_run_at AS run_at
+    SELECT c.job_id AS id, c.job_queue AS queue, c.job_priority AS priority,
+           c.job_run_at AS run_at
     FROM dbqueue_limited_candidates(
         ARRAY(SELECT queue FROM served), %(limit)s::integer, %(serial_window)s::integer
-    )
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM dbqueue_job v
+        WHERE v.id = c.job_id AND v.state = 'ready' AND v.run_at <= statement_timestamp()
+        LIMIT 1
+    ) seen
     WHERE (SELECT limited FROM shape)
 ),
 candidate AS (
@@ -353,7 +357,6 @@ SET state = 'running',
             THEN (SELECT at FROM claimed_at)
     END
 WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
-  AND j.state = 'ready'
   AND NOT j.queue = ANY ((SELECT queues FROM paused)::text[])
 RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attempts,
           j.lease_until, j.lease_seconds, j.queue, j.priority, j.run_at, j.backend, j.meta;

@@ -498,6 +498,56 @@ def test_concurrent_claimers_never_start_a_rate_s_jobs_faster_than_its_gcra_allo
     assert tightest >= -1e-6, f"{tightest:.6f} periods short: the rate was exceeded"
 
 
+def bucket_lock_awaited() -> bool:
+    """Whether another session waits for a lock on dbqueue_rate_bucket."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_locks WHERE NOT granted "
+            "AND relation = 'dbqueue_rate_bucket'::regclass"
+        )
+        return cursor.fetchone() is not None
+
+
+@pytest.mark.postgresql
+def test_a_limited_job_made_ready_while_a_claim_runs_waits_for_the_next_claim() -> None:
+    """A dead job requeued after the claim's snapshot, which the limited path's fresher
+    snapshots find ready, is left ready: the claim starts the job ready in its snapshot, its
+    pace moved on once, instead of failing on the requeued job's older version (its budget
+    spent: the attempts CHECK) or pacing it twice."""
+    first = ready(PACED, None, limit_rate=20, run_at=ago(60))
+    requeued = JobFactory(dead=True, limit_key=PACED, limit_rate=20, run_at=ago(30))
+    holding, release = threading.Event(), threading.Event()
+    leased: list[leases.Lease] = []
+
+    def hold_the_bucket() -> None:
+        with transaction.atomic():
+            connection.cursor().execute("LOCK TABLE dbqueue_rate_bucket IN ACCESS EXCLUSIVE MODE")
+            holding.set()
+            release.wait(WAIT)
+
+    holder = run_in_thread(hold_the_bucket)
+    try:
+        assert holding.wait(WAIT)
+        # The claim takes its snapshot, finds `first` and waits to read the limit's pace.
+        claim = run_in_thread(lambda: leased.extend(leases.claim(None, "w1", 10)))
+        deadline = time.monotonic() + WAIT
+        while not bucket_lock_awaited():
+            assert time.monotonic() < deadline, "the claim never reached the pace"
+            time.sleep(0.01)
+        Job.objects.filter(pk=requeued.pk).update(
+            state=JobState.READY, finished_at=None, max_attempts=requeued.attempts + 1
+        )
+    finally:
+        release.set()
+        holder.join(WAIT)
+    claim.join(WAIT)
+    assert [lease.job_id for lease in leased] == [first.pk]
+    started = Job.objects.get(pk=first.pk).started_at
+    assert RateBucket.objects.get(limit_key=PACED).due_at == started + timedelta(seconds=1 / 20)
+    later = Job.objects.get(pk=requeued.pk)
+    assert (later.state, later.attempts) == (JobState.READY, requeued.attempts)
+
+
 TRANSACTION = {"BEGIN", "COMMIT", "ROLLBACK"}
 
 
