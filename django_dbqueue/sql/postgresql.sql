@@ -119,7 +119,8 @@ RETURNING id, created_at, run_at,
 -- and no job with a serial key ready or running anywhere (the first entry of the active
 -- serial-key index, empty unless serial keys are in use, asked for in index order so that
 -- the index is read, not the table, however many keys are active): a few one-row index
--- probes, read before any row is locked. The plain path then leases exactly what the
+-- probes, read once each (OFFSET 0 keeps them out of the CASEs that use them twice) before
+-- any row is locked. The plain path then leases exactly what the
 -- general one would: with one queue there is no turn to take, and without an active
 -- serial key no candidate has an earlier job of its key to wait for. It reads the ready
 -- index in order and nothing else, and leases keyless rows only, so a keyed job committed
@@ -146,8 +147,10 @@ RETURNING id, created_at, run_at,
 -- queue plus, in that case, one row per active key, however many jobs wait on each key:
 -- 100,000 jobs on one key cost it 1 ms, as do 100,000 keys of one job each.
 -- Limited jobs (limit_key: limits.py) are out of the keyless index; shape.limited says
--- whether any is ready (one probe of dbqueue_job_ready_limited, empty unless limits are in
--- use) and the plain path requires none. The limited path is one call, behind that probe's
+-- whether any is ready (the first entry of dbqueue_job_ready_limited, empty unless limits
+-- are in use, asked for in index order: an EXISTS was planned as a scan of the table when
+-- most ready jobs were limited, walking the finished rows before the first of them) and the
+-- plain path requires none. The limited path is one call, behind that probe's
 -- one-time filter, of dbqueue_limited_candidates (migration 0020), so a claim with no ready
 -- limited job initialises one node for it, and PL/pgSQL plans the function's statements
 -- once per session: it walks the limits with ready jobs (one index probe each), takes each
@@ -186,9 +189,13 @@ WITH RECURSIVE shape AS MATERIALIZED (
     FROM (
         SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
                (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last,
-               EXISTS (
-                   SELECT 1 FROM dbqueue_job WHERE state = 'ready' AND limit_key IS NOT NULL
-               ) AS limited
+               (
+                   SELECT limit_key FROM dbqueue_job
+                   WHERE state = 'ready' AND limit_key IS NOT NULL
+                   ORDER BY limit_key
+                   LIMIT 1
+               ) IS NOT NULL AS limited
+        OFFSET 0
     ) ready
 ),
 plain_chosen AS (

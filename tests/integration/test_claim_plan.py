@@ -253,6 +253,38 @@ def test_settling_reaches_edges_and_dependents_by_index_at_any_table_size() -> N
         assert not any(scan.startswith("Seq Scan") for scan in scanned_relations(plan, table))
 
 
+@pytest.mark.postgresql
+@pytest.mark.django_db
+def test_the_claim_reads_indexes_only_when_most_ready_jobs_are_limited() -> None:
+    """The probe for a ready limited job reads the ready-limited index, not the table, even
+    where the statistics say most ready jobs are limited: a plan that scans the table for the
+    first one walks every finished row before it (2.6 ms of a 3.4 ms claim at 16,000)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,
+                attempts, max_attempts, lease_token, lease_seconds, created_at, finished_at,
+                last_error_code, last_error, errors, limit_key, limit_size)
+            SELECT 'default', 'tests.jobs.tasks.noop', '[]', '{}',
+                CASE WHEN n %% 2 = 0 THEN 'ready' ELSE 'succeeded' END, 0,
+                now() - interval '1 minute', CASE WHEN n %% 2 = 0 THEN 0 ELSE 1 END, 5,
+                CASE WHEN n %% 2 = 0 THEN 0 ELSE 1 END, 60, now(),
+                CASE WHEN n %% 2 = 0 THEN NULL ELSE now() END, '', '', '[]',
+                'task:tests.jobs.tasks.noop', 32
+            FROM generate_series(1, %s) AS n
+            """,
+            [2 * BACKLOG // 10],
+        )
+        cursor.execute("ANALYZE dbqueue_job")
+    params = leases.claim_params(None, "w1", 10)
+    for scans in (
+        scanned_relations(statement_plan("claim", params)),
+        scanned_relations(generic_plan("claim", params)),
+    ):
+        assert ":dbqueue_job_ready_limited" in " ".join(scans), scans
+        assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
+
+
 # Last in the file: its backlog, rolled back, leaves the table bloated for the plans above.
 @pytest.mark.postgresql
 @pytest.mark.django_db
