@@ -152,8 +152,8 @@ RETURNING id, created_at, run_at,
 -- most ready jobs were limited, walking the finished rows before the first of them) and the
 -- plain path requires none. The limited path is one call, behind that probe's
 -- one-time filter, of dbqueue_limited_candidates (migration 0020), so a claim with no ready
--- limited job initialises one node for it, and PL/pgSQL plans the function's statements
--- once per session: it walks the limits with ready jobs (one index probe each), takes each
+-- limited job initialises that call and one primary-key probe (seen) instead of the path's
+-- dozen nodes, and PL/pgSQL plans the function's statements once per session: it walks the limits with ready jobs (one index probe each), takes each
 -- one's first due job in a served queue where a fresh snapshot shows a free slot, and then,
 -- in claim order and at most %(serial_window)s of them, admits each limit through
 -- dbqueue_limit_room (the limit's advisory lock, taken without waiting, then its running jobs
