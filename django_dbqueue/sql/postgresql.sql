@@ -150,11 +150,12 @@ RETURNING id, created_at, run_at,
 -- whether any is ready (the first entry of dbqueue_job_ready_limited, empty unless limits
 -- are in use, asked for in index order: an EXISTS was planned as a scan of the table when
 -- most ready jobs were limited, walking the finished rows before the first of them) and the
--- plain path requires none. The limited path is one call, behind that probe's
--- one-time filter, of dbqueue_limited_candidates (migration 0020), so a claim with no ready
--- limited job initialises that call and one primary-key probe (seen) instead of the path's
--- dozen nodes, and PL/pgSQL plans the function's statements once per session: it walks the limits with ready jobs (one index probe each), takes each
--- one's first due job in a served queue where a fresh snapshot shows a free slot, and then,
+-- plain path requires none. The limited path is one call, behind that probe's one-time
+-- filter, of dbqueue_limited_candidates (migration 0020), so a claim with no ready limited
+-- job initialises that call and one primary-key probe (seen) instead of the path's dozen
+-- nodes, and PL/pgSQL plans the function's statements once per session: it walks the
+-- limits with ready jobs (one index probe each), takes each one's first due job in a
+-- served queue where a fresh snapshot shows a free slot, and then,
 -- in claim order and at most %(serial_window)s of them, admits each limit through
 -- dbqueue_limit_room (the limit's advisory lock, taken without waiting, then its running jobs
 -- and pace read with a snapshot of their own: migration 0019) until the rooms admitted
