@@ -1,9 +1,11 @@
 """Named SQL statements per database vendor, and the one place that runs them.
 
 ``<vendor>.sql`` holds blocks that start with ``-- name: <name>``; every vendor
-defines the same names, but for five optional ones: ``worker_session`` (the
+defines the same names, but for six optional ones: ``worker_session`` (the
 set-up of a worker's own connection), ``insert_job`` (a faster single-row
-``insert_jobs``), ``listen_session`` and ``notify_probe`` (the set-up of the
+``insert_jobs``) and ``insert_job_call`` (the same, faster still on a connection
+that has enqueued a few jobs: ``enqueue.single_insert``), ``listen_session`` and
+``notify_probe`` (the set-up of the
 ``LISTEN`` connection and the wake-up probe of a vendor with ``LISTEN``) and
 ``reset_session`` (a job connection's fresh session, ``worker.leftovers``);
 two MySQL/MariaDB alone has: ``loose_collations`` (what the system check

@@ -305,6 +305,44 @@ def test_migration_0020_can_be_reversed_and_applied_again(database_url: str) -> 
     assert none_ready == (0,)
 
 
+#: One ready job of ``keyed`` through dbqueue_insert_job (migration 0021): its id, or no row
+#: when the key is an active job's. Numbers are CAST, as the insert_job statement sends them.
+CALL_INSERT_JOB = """
+SELECT job_id FROM dbqueue_insert_job(
+    queue => 'default', task => 'keyed', call => '{"args": [1], "kwargs": {}}',
+    state => 'ready', priority => CAST(-2147483648 AS integer), run_at => NULL,
+    delay => CAST(0 AS double precision), max_attempts => 5, lease_seconds => 60,
+    dedupe_key => 'report', serial_key => NULL, subject_type_id => NULL, subject_id => NULL,
+    backend => NULL, meta => NULL, pending_dependencies => 0, limit_key => NULL,
+    limit_size => NULL, limit_rate => NULL, notify => true, channel => 'dbqueue'
+)
+"""
+
+
+@pytest.mark.postgresql
+def test_migration_0021_can_be_reversed_and_applied_again(database_url: str) -> None:
+    insert_job = (
+        "SELECT to_regprocedure('dbqueue_insert_job(text, text, jsonb, text, integer, "
+        "timestamptz, double precision, integer, integer, text, text, integer, text, text, "
+        "jsonb, integer, text, integer, double precision, boolean, text)')"
+    )
+    finished(migrate(database_url))
+    finished(migrate(database_url, "django_dbqueue", "0020"))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        assert observer.execute(insert_job).fetchone() == (None,)
+    finished(migrate(database_url))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        (job_id,) = observer.execute(CALL_INSERT_JOB).fetchone()
+        duplicate = observer.execute(CALL_INSERT_JOB).fetchall()
+        row = observer.execute(
+            "SELECT state, args, kwargs, priority, run_at = created_at FROM dbqueue_job "
+            "WHERE id = %s",
+            [job_id],
+        ).fetchone()
+    assert duplicate == []  # the key is the ready job's: skipped, no error
+    assert row == ("ready", [1], {}, -(2**31), True)
+
+
 @pytest.mark.mysql
 def test_migration_0016_makes_a_waiting_mysql_job_hold_its_dedupe_key_and_reverses(
     mysql_database_url: str,

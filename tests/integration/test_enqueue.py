@@ -21,6 +21,7 @@ from psycopg import sql as pg_sql
 
 from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task, wakeups
 from django_dbqueue import conf as dbqueue_conf
+from django_dbqueue.enqueue import STATEMENT_ENQUEUES
 from django_dbqueue.jsontext import MAX_DEPTH
 from django_dbqueue.signals import jobs_committed
 from tests.jobs.enqueue_tasks import echo
@@ -439,13 +440,19 @@ class TestScheduling:
 # --- enqueue_many ---------------------------------------------------------------------------
 
 
+def inserts_jobs(sql: str) -> bool:
+    """Whether ``sql`` inserts into the job table: itself, or through PostgreSQL's
+    ``dbqueue_insert_job`` (migration 0021)."""
+    return "INSERT INTO dbqueue_job" in sql or "FROM dbqueue_insert_job(" in sql
+
+
 def job_inserts(context: CaptureQueriesContext) -> list[str]:
     """Captured statements that insert into the job table."""
     return [
         query["sql"]
         for query in context.captured_queries
-        if query["sql"].lstrip().upper().startswith(("INSERT", "WITH"))
-        and "dbqueue_job" in query["sql"]
+        if query["sql"].lstrip().upper().startswith(("INSERT", "WITH", "SELECT"))
+        and inserts_jobs(query["sql"])
     ]
 
 
@@ -1205,7 +1212,7 @@ def insert_cursors() -> Iterator[list[object]]:
     seen: list[object] = []
 
     def wrapper(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
-        if "INSERT INTO dbqueue_job" in sql:
+        if inserts_jobs(sql):
             seen.append(context["cursor"].cursor)
         return execute(sql, params, many, context)
 
@@ -1216,7 +1223,7 @@ def insert_cursors() -> Iterator[list[object]]:
 def prepared_inserts() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [row[0] for row in cursor.fetchall() if "INSERT INTO dbqueue_job" in row[0]]
+        return [row[0] for row in cursor.fetchall() if inserts_jobs(row[0])]
 
 
 @pytest.mark.postgresql
@@ -1289,3 +1296,66 @@ def test_max_args_bytes_bounds_the_encoded_arguments_and_zero_disables_it(settin
     settings.DBQUEUE = {"MAX_ARGS_BYTES": 0}
     big = "x" * (2 * 1024 * 1024)
     assert Job.objects.get(pk=echo.enqueue(big).pk).args == [big]
+
+
+def enqueue_until_the_function_is_called() -> None:
+    """Enqueue on a new session of ``connection`` until its next single enqueue calls
+    ``dbqueue_insert_job`` (``enqueue.single_insert``), and empty the table again."""
+    connection.close()
+    for _ in range(STATEMENT_ENQUEUES):
+        noop.enqueue()
+    Job.objects.all().delete()
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+class TestInsertFunction:
+    """A connection that has enqueued a few jobs calls ``dbqueue_insert_job`` (migration
+    0021): the same rows, duplicates and wake-ups as the ``insert_job`` statement."""
+
+    def test_a_session_sends_the_statement_first_then_calls_the_function(self) -> None:
+        connection.close()
+        with CaptureQueriesContext(connection) as context:
+            jobs = [noop.enqueue() for _ in range(STATEMENT_ENQUEUES + 2)]
+            connection.close()  # a new session starts over with the statement
+            again = noop.enqueue()
+        called = ["FROM dbqueue_insert_job(" in sql for sql in job_inserts(context)]
+        assert called == [False] * STATEMENT_ENQUEUES + [True, True, False]
+        for job in (*jobs, again):
+            assert_matches_row(job)
+
+    def test_the_function_stores_the_extreme_priorities(self) -> None:
+        enqueue_until_the_function_is_called()
+        high = noop.using(priority=2**31 - 1).enqueue()
+        low = noop.using(priority=-(2**31)).enqueue()
+        assert Job.objects.get(pk=high.pk).priority == 2**31 - 1
+        assert Job.objects.get(pk=low.pk).priority == -(2**31)
+        assert_matches_row(low)
+
+    def test_the_function_returns_the_active_job_for_its_dedupe_key(self) -> None:
+        enqueue_until_the_function_is_called()
+        first = echo.using(dedupe_key="report").enqueue("a")
+        second = echo.using(dedupe_key="report").enqueue("b")
+        assert (second.pk, second.deduplicated, second.args) == (first.pk, True, ["a"])
+        assert job_ids_in_db() == [first.pk]
+
+    def test_the_function_notifies_once_per_queue_and_transaction_at_commit(
+        self, listener: psycopg.Connection[Any]
+    ) -> None:
+        enqueue_until_the_function_is_called()
+        payloads(listener, QUIET)  # the statement's wake-ups, delivered already
+        with transaction.atomic():
+            send_invoice.enqueue(1)
+            send_invoice.enqueue(2)
+            assert payloads(listener, QUIET) == []
+        delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
+        assert [(n.channel, n.payload) for n in delivered] == [("dbqueue", "mail")]
+        assert payloads(listener, QUIET) == []
+
+    def test_a_waiting_job_is_written_waiting_by_the_function(self) -> None:
+        enqueue_until_the_function_is_called()
+        dependency = noop.enqueue()
+        waiting = noop.using(after=[dependency]).enqueue()
+        stored = Job.objects.get(pk=waiting.pk)
+        assert (stored.state, stored.pending_dependencies) == (JobState.WAITING, 1)
+        assert_matches_row(waiting)

@@ -12,7 +12,14 @@ from django_dbqueue.sql import parse, statements
 VENDORS = ("postgresql", "sqlite")
 #: The blocks only some vendors define: a worker connection's set-up, a single-row insert,
 #: the wake-up probe (PostgreSQL's LISTEN/NOTIFY), a job connection's session reset.
-OPTIONAL = {"worker_session", "insert_job", "listen_session", "notify_probe", "reset_session"}
+OPTIONAL = {
+    "worker_session",
+    "insert_job",
+    "insert_job_call",
+    "listen_session",
+    "notify_probe",
+    "reset_session",
+}
 #: The blocks only MySQL/MariaDB defines: the collation read of system check dbqueue.E019,
 #: MariaDB's report of an open transaction (``worker.leftovers``).
 MYSQL_ONLY = {"loose_collations", "transaction_open"}
