@@ -127,7 +127,7 @@ def add(session: Session, who: str, label: str, rounds: list[tuple[float, Split]
             details,
         )
     )
-    for side in ("worker", "postgres"):
+    for side in ("worker", "postgres", "total"):
         values = [getattr(split, side) for split in per_job]
         session.results.add(
             Result(

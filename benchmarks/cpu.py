@@ -39,6 +39,11 @@ class Split:
     def __sub__(self, other: Split) -> Split:
         return Split(self.worker - other.worker, self.postgres - other.postgres)
 
+    @property
+    def total(self) -> float:
+        """Both sides together: what a job costs the machine."""
+        return self.worker + self.postgres
+
     def per_job_us(self, jobs: int) -> Split:
         """Microseconds per job."""
         return Split(self.worker / jobs * 1e6, self.postgres / jobs * 1e6)

@@ -105,13 +105,19 @@ BENCHMARKS = {
 WHO = ("ours", "pgqueuer", "raw")
 #: Who drains side by side: the same three, ours and pgqueuer also with large batches.
 DRAINERS = ("ours", "ours_wide", "pgqueuer", "pgqueuer_wide", "raw")
-#: What ``--compare pgqueuer`` adds: each drain's rate and its CPU split per job, each
-#: enqueue shape's rate, and the idle pickup percentiles, for ours, pgqueuer and raw.
+#: What ``--compare pgqueuer`` adds: each drain's rate and its CPU per job (worker, PostgreSQL
+#: and their total), each enqueue shape's rate, and the idle pickup percentiles, for ours,
+#: pgqueuer and raw.
 COMPARED = {
     *(
         f"compare_{figure}_{who}{side}"
         for who in DRAINERS
-        for figure, side in (("drain", ""), ("cpu", "_worker"), ("cpu", "_postgres"))
+        for figure, side in (
+            ("drain", ""),
+            ("cpu", "_worker"),
+            ("cpu", "_postgres"),
+            ("cpu", "_total"),
+        )
     ),
     *(
         f"compare_enqueue_{shape}_{who}"
