@@ -108,6 +108,18 @@ def payloads(conn: psycopg.Connection[Any], timeout: float) -> list[str]:
     return [notify.payload for notify in conn.notifies(timeout=timeout)]
 
 
+def assert_one_wake_up_at_commit(listener: psycopg.Connection[Any]) -> None:
+    """Two jobs of the ``mail`` queue enqueued in one transaction wake ``listener`` once,
+    at commit, with the queue as payload."""
+    with transaction.atomic():
+        send_invoice.enqueue(1)
+        send_invoice.enqueue(2)
+        assert payloads(listener, QUIET) == []
+    delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
+    assert [(n.channel, n.payload) for n in delivered] == [("dbqueue", "mail")]
+    assert payloads(listener, QUIET) == []
+
+
 # --- Guarantee 1: same-transaction enqueue ---------------------------------------------
 
 
@@ -195,13 +207,7 @@ class TestWakeUpsAfterCommit:
     def test_notify_is_delivered_only_after_commit_with_queue_as_payload(
         self, listener: psycopg.Connection[Any]
     ) -> None:
-        with transaction.atomic():
-            send_invoice.enqueue(1)
-            send_invoice.enqueue(2)
-            assert payloads(listener, QUIET) == []
-        delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
-        assert [(n.channel, n.payload) for n in delivered] == [("dbqueue", "mail")]
-        assert payloads(listener, QUIET) == []
+        assert_one_wake_up_at_commit(listener)
 
     def test_one_wake_up_per_queue_and_transaction_carries_every_job(
         self, committed_signals: list[dict[str, Any]]
@@ -1344,13 +1350,7 @@ class TestInsertFunction:
     ) -> None:
         enqueue_until_the_function_is_called()
         payloads(listener, QUIET)  # the statement's wake-ups, delivered already
-        with transaction.atomic():
-            send_invoice.enqueue(1)
-            send_invoice.enqueue(2)
-            assert payloads(listener, QUIET) == []
-        delivered = list(listener.notifies(timeout=WAIT, stop_after=1))
-        assert [(n.channel, n.payload) for n in delivered] == [("dbqueue", "mail")]
-        assert payloads(listener, QUIET) == []
+        assert_one_wake_up_at_commit(listener)
 
     def test_a_waiting_job_is_written_waiting_by_the_function(self) -> None:
         enqueue_until_the_function_is_called()
