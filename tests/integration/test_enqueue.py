@@ -1264,6 +1264,23 @@ class TestPreparedEnqueue:
                 assert_matches_row(job)
         assert prepared_inserts() == []
 
+    def test_a_connection_keeps_one_cursor_for_its_statements_until_it_reconnects(self) -> None:
+        """A new psycopg cursor looks up its dumpers and loaders again: the queue keeps one
+        per connection, and makes another for a new session or another cursor class."""
+        from django.db.backends.postgresql.base import ServerBindingCursor
+
+        with insert_cursors() as seen:
+            noop.enqueue()
+            noop.enqueue_many([((), {})] * 2)
+            connection.close()
+            noop.enqueue()
+            with own_cursor_class(ServerBindingCursor):
+                noop.enqueue()
+        first, again, reconnected, server_binding = seen
+        assert first is again
+        assert reconnected is not first
+        assert type(server_binding) is ServerBindingCursor
+
     @pytest.mark.parametrize("use_tz", [True, False])
     def test_an_unprepared_insert_returns_its_timestamps_exactly_as_the_orm_reads_them(
         self, use_tz: bool
