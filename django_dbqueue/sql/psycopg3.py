@@ -7,7 +7,7 @@ errors are Django's), with three things Django's own cursor does not do:
 - its rows come as dicts (``dict_row``), their names read from the result
   once, where ``cursor.description`` builds column objects on every read; and
   ``timestamptz`` is read by psycopg's C loader, not Django's Python one;
-- it is kept from one statement to the next on its connection (``_cursor``),
+- it is kept from one statement to the next on its connection (``_kept``),
   where a new cursor would look up its dumpers and loaders again;
 - it is prepared, parsed and planned once per connection instead of on every
   call, which is most of a claim's cost and half of an enqueue's, on two kinds
@@ -91,13 +91,29 @@ def run(connection: BaseDatabaseWrapper, statement: str, params: Mapping[str, An
     Prepared, on a server-side binding cursor, where the connection allows
     preparation; otherwise on a cursor of the connection's own class. Either
     goes through Django's cursor wrapper (execute wrappers, Django's exceptions).
+    The cursor is the connection's kept one (``_kept``), taken for the statement: a
+    statement run meanwhile on the same connection (by an execute wrapper, say) gets a
+    cursor of its own, so neither reads the other's rows.
     """
     connection.validate_thread_sharing()
-    raw = _cursor(connection)
-    cursor = connection.make_cursor(raw)  # not closed after: the cursor is kept (_cursor)
-    cursor.execute(statement, params)
-    result = raw.pgresult
-    return cursor.fetchall() if result is not None and result.nfields else []
+    wrapper = connection
+    if isinstance(connection, ConnectionProxy):  # django.db.connection: every thread's own
+        wrapper = connections[connection.alias]
+    made_for = _made_for(connection)
+    with _kept_lock:
+        kept = _kept.pop(wrapper, None)
+    if kept is not None and kept[0] == made_for and not kept[1].closed:
+        raw = kept[1]
+    else:
+        raw = _new_cursor(connection, made_for)
+    try:
+        cursor = connection.make_cursor(raw)  # not closed after: the cursor is kept
+        cursor.execute(statement, params)
+        result = raw.pgresult
+        return cursor.fetchall() if result is not None and result.nfields else []
+    finally:
+        with _kept_lock:
+            _kept[wrapper] = (made_for, raw)
 
 
 #: What a kept cursor was made for: its psycopg connection, its class, and whether it reads
@@ -112,16 +128,8 @@ _kept: WeakKeyDictionary[BaseDatabaseWrapper, tuple[MadeFor, Any]] = WeakKeyDict
 _kept_lock = threading.Lock()
 
 
-def _cursor(connection: BaseDatabaseWrapper) -> Any:
-    """The cursor of ``connection`` (open) for the queue's statements: the kept one, while
-    it was made for the connection's psycopg connection, cursor class and time zones."""
-    wrapper = connection
-    if isinstance(connection, ConnectionProxy):  # django.db.connection: every thread's own
-        wrapper = connections[connection.alias]
-    made_for = _made_for(connection)
-    kept = _kept.get(wrapper)
-    if kept is not None and kept[0] == made_for and not kept[1].closed:
-        return kept[1]
+def _new_cursor(connection: BaseDatabaseWrapper, made_for: MadeFor) -> Any:
+    """A cursor of ``connection`` (open) for the queue's statements, as ``made_for`` says."""
     psycopg_connection, cursor_class, aware = made_for
     with connection.wrap_database_errors:
         raw = cursor_class(psycopg_connection, row_factory=_dict_row())
@@ -130,8 +138,6 @@ def _cursor(connection: BaseDatabaseWrapper) -> Any:
         # the session already has under USE_TZ; psycopg's own (C) loader reads the same aware
         # datetimes about ten times faster, which a claim of many jobs notices.
         raw.adapters.register_loader("timestamptz", _timestamptz_loader())
-    with _kept_lock:
-        _kept[wrapper] = (made_for, raw)
     return raw
 
 

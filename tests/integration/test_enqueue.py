@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from psycopg import sql as pg_sql
 
-from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, task, wakeups
+from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, sql, task, wakeups
 from django_dbqueue import conf as dbqueue_conf
 from django_dbqueue.enqueue import STATEMENT_ENQUEUES
 from django_dbqueue.jsontext import MAX_DEPTH
@@ -1280,6 +1280,27 @@ class TestPreparedEnqueue:
         assert first is again
         assert reconnected is not first
         assert type(server_binding) is ServerBindingCursor
+
+    def test_a_statement_run_inside_another_never_reads_the_others_rows(self) -> None:
+        """An execute wrapper that runs a queue statement on the same connection while
+        the insert is under way gets a cursor of its own: the insert's rows stay its own."""
+        clocks: list[list[sql.Row]] = []
+
+        def read_the_clock_too(execute: Any, sql_text: str, *args: Any) -> Any:
+            result = execute(sql_text, *args)
+            if inserts_jobs(sql_text):
+                clocks.append(sql.run(connection, "database_now", {}))
+            return result
+
+        with connection.execute_wrapper(read_the_clock_too):
+            job = noop.enqueue()
+            jobs = noop.enqueue_many([((), {})] * 2)
+        made = [job, *jobs]
+        assert [m.deduplicated for m in made] == [False, False, False]
+        assert sorted(m.pk for m in made) == job_ids_in_db()
+        for each in made:
+            assert_matches_row(each)
+        assert [list(rows[0]) for rows in clocks] == [["now"], ["now"]]
 
     @pytest.mark.parametrize("use_tz", [True, False])
     def test_an_unprepared_insert_returns_its_timestamps_exactly_as_the_orm_reads_them(
