@@ -1376,6 +1376,19 @@ class TestInsertFunction:
         assert Job.objects.get(pk=low.pk).priority == -(2**31)
         assert_matches_row(low)
 
+    def test_a_connection_that_prepares_calls_the_function_with_typed_parameters(self) -> None:
+        """Prepared, parameters are bound by the server with their own types (a worker's
+        connection, or OPTIONS["prepare_threshold"]): the call's casts take every one."""
+        enqueue_until_the_function_is_called()
+        with preparation_allowed():
+            low = noop.using(priority=-(2**31)).enqueue()
+            later = noop.using(delay=timedelta(hours=1)).enqueue()
+            at = echo.using(run_at=timezone.now() + timedelta(days=1)).enqueue({"k": [1]})
+            assert [s for s in prepared_inserts() if "dbqueue_insert_job(" in s]
+        for job in (low, later, at):
+            assert_matches_row(job)
+        assert Job.objects.get(pk=low.pk).priority == -(2**31)
+
     def test_the_function_returns_the_active_job_for_its_dedupe_key(self) -> None:
         enqueue_until_the_function_is_called()
         first = echo.using(dedupe_key="report").enqueue("a")
