@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dbqueue import conf
 from django_dbqueue.retry import Backoff
@@ -30,7 +31,7 @@ def close_queue_connection() -> None:
         log.debug("closing a broken connection failed (it is dropped anyway): %s", exc)
 
 
-def close_old_connections() -> None:
+def close_old_connections(wrappers: Sequence[BaseDatabaseWrapper] | None = None) -> None:
     """At the end of each job (and report), do what Django does at the end of each request.
 
     Each of this thread's connections that broke, or that ``CONN_MAX_AGE``
@@ -39,9 +40,10 @@ def close_old_connections() -> None:
     when the job returns, so a thread that runs jobs holds a connection only
     while its task code uses the database. ``CONN_MAX_AGE > 0`` (or ``None``)
     keeps healthy ones open from job to job, as it does from request to
-    request, at the price of up to one connection per thread. Never raises.
+    request, at the price of up to one connection per thread. ``wrappers``: this
+    thread's initialised connection wrappers, when the caller has them. Never raises.
     """
-    for connection in connections.all(initialized_only=True):
+    for connection in connections.all(initialized_only=True) if wrappers is None else wrappers:
         try:
             connection.close_if_unusable_or_obsolete()
         except DatabaseError as exc:

@@ -35,10 +35,11 @@ task opened inside it is undone, and their session is left alone.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
@@ -63,17 +64,20 @@ def guarded(call: Callable[[], T]) -> T:
     open. In a forked child, never returns at all (module docstring).
     """
     pid = os.getpid()
-    depths = {c.alias: len(c.atomic_blocks) for c in _open_connections()}
+    # This thread's wrapper of every alias, read once: a connection the task opens is one of
+    # them, so the same list serves the depths before, the use noted during and the tidy after.
+    wrappers = connections.all()
+    depths = {c.alias: len(c.atomic_blocks) for c in _open(wrappers)}
     used: set[str] = set()
-    with _noting_use(used):
+    with _UseNoted(wrappers, used):
         try:
             result = call()
         except BaseException:
             _leave_if_forked(pid, status=1)
-            tidy(depths, used)
+            tidy(depths, used, wrappers)
             raise
         _leave_if_forked(pid, status=0)
-    if left_open := tidy(depths, used):
+    if left_open := tidy(depths, used, wrappers):
         raise TransactionLeftOpen(
             f"The task returned with a transaction open on database {', '.join(left_open)}: "
             "its writes there were rolled back. Leave every atomic block you enter "
@@ -82,15 +86,21 @@ def guarded(call: Callable[[], T]) -> T:
     return result
 
 
-def tidy(depths: dict[str, int], used: set[str]) -> list[str]:
+def tidy(
+    depths: dict[str, int],
+    used: set[str],
+    wrappers: Sequence[BaseDatabaseWrapper] | None = None,
+) -> list[str]:
     """Undo what the task left on this thread's connections; the aliases it left open.
 
     ``depths`` gives each connection's ``atomic`` depth before the task
-    (missing: it was not open); ``used`` the aliases the task ran queries on.
-    Never raises: a connection that cannot be tidied is closed.
+    (missing: it was not open); ``used`` the aliases the task ran queries on;
+    ``wrappers`` this thread's connection wrappers, when the caller has them
+    (default: those initialised). Never raises: a connection that cannot be
+    tidied is closed.
     """
     left_open = []
-    for connection in _open_connections():
+    for connection in _open(wrappers):
         depth = depths.get(connection.alias, 0)
         try:
             if _left_open(connection, depth, connection.alias in used):
@@ -115,22 +125,37 @@ def reset_session(connection: BaseDatabaseWrapper) -> None:
         _close(connection)
 
 
-def _open_connections() -> list[BaseDatabaseWrapper]:
-    return [c for c in connections.all(initialized_only=True) if c.connection is not None]
+def _open(wrappers: Sequence[BaseDatabaseWrapper] | None) -> list[BaseDatabaseWrapper]:
+    """Those of ``wrappers`` (default: this thread's initialised ones) with a connection open."""
+    if wrappers is None:
+        wrappers = connections.all(initialized_only=True)
+    return [c for c in wrappers if c.connection is not None]
 
 
-@contextmanager
-def _noting_use(used: set[str]) -> Iterator[None]:
-    """Within the block, the alias of every connection a query runs on is added to ``used``."""
-    with ExitStack() as stack:
-        for connection in connections.all():
+class _UseNoted:
+    """While open, the alias of every connection a query runs on is added to ``used``.
 
-            def note(execute: Any, *args: Any, alias: str = connection.alias) -> Any:
-                used.add(alias)
-                return execute(*args)
+    One execute wrapper per connection (Django's ``execute_wrapper``, without
+    its generator: this runs around every job), taken off by identity on exit,
+    so a wrapper the task installed and left in place stays where it is.
+    """
 
-            stack.enter_context(connection.execute_wrapper(note))
-        yield
+    def __init__(self, wrappers: Sequence[BaseDatabaseWrapper], used: set[str]) -> None:
+        self._notes = [(c, functools.partial(_note_use, used, c.alias)) for c in wrappers]
+
+    def __enter__(self) -> None:
+        for connection, note in self._notes:
+            connection.execute_wrappers.append(note)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for connection, note in self._notes:
+            with contextlib.suppress(ValueError):  # the task emptied the list itself
+                connection.execute_wrappers.remove(note)
+
+
+def _note_use(used: set[str], alias: str, execute: Any, *args: Any) -> Any:
+    used.add(alias)
+    return execute(*args)
 
 
 def _leave_if_forked(pid: int, status: int) -> None:

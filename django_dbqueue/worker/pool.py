@@ -102,14 +102,15 @@ class JobPool:
         outcome's write itself: it is rolled back all the same, so no slot is
         ever left on a broken or half-done connection.
         """
-        if left_open := leftovers.tidy({}, set()):
+        wrappers = connections.all(initialized_only=True)
+        if left_open := leftovers.tidy({}, set(), wrappers):
             log.warning(
                 "job id=%s: a transaction was left open outside task code on %s; rolled back",
                 context.job_id,
                 ", ".join(left_open),
                 extra=job_fields(context.lease),
             )
-        close_old_connections()
+        close_old_connections(wrappers)
 
     def _serve(self, slot: int) -> None:
         try:

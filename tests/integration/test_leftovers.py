@@ -112,3 +112,22 @@ def test_behind_a_transaction_mode_pool_reset_session_closes_instead(settings: S
     connection.ensure_connection()
     leftovers.reset_session(connection)
     assert connection.connection is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_guard_takes_off_its_own_execute_wrappers_and_leaves_the_tasks() -> None:
+    def own(execute, *args):  # type: ignore[no-untyped-def]
+        return execute(*args)
+
+    def task() -> str:
+        connection.execute_wrappers.append(own)  # installed by the task, never taken off
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "done"
+
+    before = list(connection.execute_wrappers)
+    try:
+        assert leftovers.guarded(task) == "done"
+        assert connection.execute_wrappers == [*before, own]
+    finally:
+        connection.execute_wrappers[:] = before
