@@ -44,7 +44,7 @@ class JobContext:
     default they are written on the calling thread's connection (``progress.Inline``).
     """
 
-    __slots__ = ("_events", "_progress", "_renewer", "attempt_call", "lease")
+    __slots__ = ("_events", "_progress", "_progress_posted", "_renewer", "attempt_call", "lease")
 
     def __init__(
         self,
@@ -55,6 +55,9 @@ class JobContext:
         self.lease = lease
         self._renewer = renewer or _renew_here
         self._progress = post_progress
+        #: Whether ``set_progress`` posted a report: if not, the attempt's end asks the poster
+        #: nothing (the heartbeat's board takes a lock and waits for its write in flight).
+        self._progress_posted = False
         self._events: tuple[threading.Event, threading.Event] | None = None
         #: The task's call while middleware runs around it (``middleware.run``); else ``None``.
         self.attempt_call: object = None
@@ -182,6 +185,7 @@ class JobContext:
         if not self.lease_lost.is_set():
             if self._progress is None:
                 self._progress = progress.Inline()
+            self._progress_posted = True
             if self._progress.post(self.lease, report):
                 return
         raise self._lost()
@@ -190,7 +194,9 @@ class JobContext:
         """The worker's, at the attempt's end: the newest ``set_progress`` report not known to be
         written, taken (a second call returns ``None``), for ``execute`` to write before the
         outcome. ``None`` when the task reported nothing, or its newest report is stored."""
-        return None if self._progress is None else self._progress.unwritten(self.lease)
+        if self._progress is None or not self._progress_posted:
+            return None
+        return self._progress.unwritten(self.lease)
 
     def _lost(self) -> LeaseLost:
         """Set ``lease_lost``; the ``LeaseLost`` to raise to the task."""
