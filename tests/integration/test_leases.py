@@ -276,6 +276,19 @@ class TestFencing:
         renewed = Job.objects.get(pk=kept.job_id).lease_until
         assert renewed > timezone.now() + timedelta(seconds=25)
 
+    def test_a_job_deleted_while_running_is_lost_to_its_writes_never_skipped(self) -> None:
+        tasks.noop.enqueue_many([((), {})] * 2)
+        gone, kept = leases.claim(None, "w1", 2)
+        Job.objects.filter(pk=gone.job_id).delete()
+        renewal = leases.renew_all([gone, kept])
+        assert (renewal.owned, renewal.skipped, renewal.lost) == (
+            {kept.job_id},
+            set(),
+            {gone.job_id},
+        )
+        completion = leases.complete_many([(gone, None), (kept, None)])
+        assert completion == leases.Completion(completed={kept.job_id})
+
     def test_lost_lease_writes_are_logged(self, caplog: pytest.LogCaptureFixture) -> None:
         tasks.noop.enqueue()
         lease = claim_one("a")
