@@ -579,9 +579,10 @@ WHERE r.job_id <> ALL (ARRAY(SELECT id FROM locked))
 -- is the caller's and live by the database clock once the row lock is held. A row another
 -- transaction holds locked is skipped, never awaited. Unless %(settles)s (the caller then
 -- settles the dependents in the same transaction), a job that other jobs wait for is left
--- running and returned deferred: complete it again with %(settles)s. That is asked of
--- dbqueue_awaited (migration 0016), a VOLATILE function, so it reads the edges with a
--- snapshot taken after the row locks are held: an enqueue that committed an edge between
+-- running and returned deferred: complete it again with %(settles)s. That is asked once
+-- for the batch, of dbqueue_awaited_among (migration 0022), a VOLATILE function, so it reads
+-- the edges with a snapshot taken when it is called, after the row locks are held (its
+-- argument reads every row of locked first): an enqueue that committed an edge between
 -- this statement's start and its lock is seen (a subquery here would not see it). Returns
 -- the ids completed, skipped (write those later) and deferred; the others' leases were lost.
 -- The skipped and deferred ids are read off the statement's own lists (a job's row is read
@@ -594,6 +595,10 @@ locked AS (
     SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
     ORDER BY id FOR UPDATE SKIP LOCKED
 ),
+awaited AS MATERIALIZED (
+    SELECT unnest(dbqueue_awaited_among(ARRAY(SELECT id FROM locked))) AS id
+    WHERE NOT %(settles)s
+),
 completed AS (
     UPDATE dbqueue_job j
     SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
@@ -602,7 +607,7 @@ completed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = d.job_id
       AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
       AND j.lease_until > clock_timestamp()
-      AND (%(settles)s OR NOT dbqueue_awaited(j.id))
+      AND j.id <> ALL (ARRAY(SELECT id FROM awaited))
     RETURNING j.id
 )
 SELECT id, false AS skipped, false AS deferred FROM completed
@@ -612,7 +617,7 @@ WHERE d.job_id <> ALL (ARRAY(SELECT id FROM locked))
   AND EXISTS (SELECT 1 FROM dbqueue_job j WHERE j.id = d.job_id)
 UNION ALL
 SELECT l.id, false, true FROM locked l
-WHERE NOT %(settles)s AND l.id <> ALL (ARRAY(SELECT id FROM completed)) AND dbqueue_awaited(l.id);
+WHERE l.id = ANY (ARRAY(SELECT id FROM awaited)) AND l.id <> ALL (ARRAY(SELECT id FROM completed));
 
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token

@@ -291,6 +291,21 @@ def test_migration_0016_can_be_reversed_and_applied_again(database_url: str) -> 
 
 
 @pytest.mark.postgresql
+def test_migration_0022_can_be_reversed_and_applied_again(database_url: str) -> None:
+    among = "SELECT to_regprocedure('dbqueue_awaited_among(bigint[])')"
+    finished(migrate(database_url))
+    finished(migrate(database_url, "django_dbqueue", "0021"))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        assert observer.execute(among).fetchone() == (None,)
+        assert observer.execute("SELECT dbqueue_awaited(1)").fetchone() == (False,)
+    finished(migrate(database_url))
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        awaited = observer.execute("SELECT dbqueue_awaited_among(ARRAY[1, 2])").fetchone()
+        assert awaited == ([],)
+        assert observer.execute("SELECT dbqueue_awaited(1)").fetchone() == (False,)
+
+
+@pytest.mark.postgresql
 def test_migration_0020_can_be_reversed_and_applied_again(database_url: str) -> None:
     candidates = "SELECT to_regprocedure('dbqueue_limited_candidates(text[], integer, integer)')"
     finished(migrate(database_url))

@@ -302,9 +302,10 @@ def test_eager_mode_runs_a_whole_chain_at_commit(settings: Settings) -> None:
 
 @pytest.mark.postgresql
 def test_the_completions_edge_check_sees_an_edge_committed_after_the_statement_began() -> None:
-    """``dbqueue_awaited`` reads with a snapshot of its own (what ``complete`` relies on to
-    see an edge committed between its start and its row lock); a subquery would not."""
-    first = tasks.echo.enqueue(1)
+    """``dbqueue_awaited_among`` (and ``dbqueue_awaited``, which a worker of the previous release
+    calls) reads with a snapshot of its own (what ``complete`` relies on to see an edge
+    committed between its start and its row lock); a subquery would not."""
+    first, other = tasks.echo.enqueue(1), tasks.echo.enqueue(3)
 
     def add_edge() -> None:
         wait_until(
@@ -319,14 +320,14 @@ def test_the_completions_edge_check_sees_an_edge_committed_after_the_statement_b
         cursor.execute(
             """
             WITH later AS MATERIALIZED (SELECT pg_sleep(1))
-            SELECT dbqueue_awaited(%s),
+            SELECT dbqueue_awaited_among(ARRAY[%s, %s]::bigint[]), dbqueue_awaited(%s),
                    EXISTS (SELECT 1 FROM dbqueue_dependency WHERE depends_on_id = %s)
             FROM later
             """,
-            [first.pk, first.pk],
+            [first.pk, other.pk, first.pk, first.pk],
         )
-        awaited, seen_by_subquery = cursor.fetchone()
+        among, awaited, seen_by_subquery = cursor.fetchone()
     thread.join(WAIT)
 
     assert Dependency.objects.filter(depends_on=first).exists()
-    assert (awaited, seen_by_subquery) == (True, False)
+    assert (among, awaited, seen_by_subquery) == ([first.pk], True, False)
