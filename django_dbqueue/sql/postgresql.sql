@@ -538,9 +538,10 @@ renewed AS (
 )
 SELECT id, cancel_requested_at, false AS skipped FROM renewed
 UNION ALL
-SELECT r.job_id, NULL, true FROM lease r
-WHERE r.job_id <> ALL (ARRAY(SELECT id FROM locked))
-  AND EXISTS (SELECT 1 FROM dbqueue_job j WHERE j.id = r.job_id);
+SELECT j.id, NULL, true FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(
+    SELECT job_id FROM lease WHERE job_id <> ALL (ARRAY(SELECT id FROM locked))
+));
 
 -- name: set_progress
 -- Store each report in %(reports)s (JSON [{job_id, lease_token, worker_id, progress}],
@@ -569,9 +570,10 @@ written AS (
 )
 SELECT id, false AS skipped FROM written
 UNION ALL
-SELECT r.job_id, true FROM report r
-WHERE r.job_id <> ALL (ARRAY(SELECT id FROM locked))
-  AND EXISTS (SELECT 1 FROM dbqueue_job j WHERE j.id = r.job_id);
+SELECT j.id, true FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(
+    SELECT job_id FROM report WHERE job_id <> ALL (ARRAY(SELECT id FROM locked))
+));
 
 -- name: complete
 -- Mark each leased job in %(rows)s (JSON [{job_id, lease_token, worker_id, result}], result
@@ -585,8 +587,9 @@ WHERE r.job_id <> ALL (ARRAY(SELECT id FROM locked))
 -- argument reads every row of locked first): an enqueue that committed an edge between
 -- this statement's start and its lock is seen (a subquery here would not see it). Returns
 -- the ids completed, skipped (write those later) and deferred; the others' leases were lost.
--- The skipped and deferred ids are read off the statement's own lists (a job's row is read
--- again only for an id no lock was taken on, to tell a skipped row from a deleted one).
+-- The skipped and deferred ids are read off the statement's own lists: a job's row is read
+-- again (by primary key) only for an id no lock was taken on, to tell a skipped row from a
+-- deleted one.
 WITH done AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
         AS d(job_id bigint, lease_token bigint, worker_id text, result text)
@@ -612,9 +615,10 @@ completed AS (
 )
 SELECT id, false AS skipped, false AS deferred FROM completed
 UNION ALL
-SELECT d.job_id, true, false FROM done d
-WHERE d.job_id <> ALL (ARRAY(SELECT id FROM locked))
-  AND EXISTS (SELECT 1 FROM dbqueue_job j WHERE j.id = d.job_id)
+SELECT j.id, true, false FROM dbqueue_job j
+WHERE j.id = ANY (ARRAY(
+    SELECT job_id FROM done WHERE job_id <> ALL (ARRAY(SELECT id FROM locked))
+))
 UNION ALL
 SELECT l.id, false, true FROM locked l
 WHERE l.id = ANY (ARRAY(SELECT id FROM awaited)) AND l.id <> ALL (ARRAY(SELECT id FROM completed));

@@ -290,34 +290,41 @@ def test_migration_0016_can_be_reversed_and_applied_again(database_url: str) -> 
     assert awaited == (False,)
 
 
-@pytest.mark.postgresql
-def test_migration_0022_can_be_reversed_and_applied_again(database_url: str) -> None:
-    among = "SELECT to_regprocedure('dbqueue_awaited_among(bigint[])')"
+def reversed_then_applied(
+    database_url: str, before: str, function: str, call: str
+) -> tuple[Any, ...] | None:
+    """Migrate, migrate back to ``before`` (where ``function``, a signature, must not
+    exist), then forward again; what ``call`` returns then."""
     finished(migrate(database_url))
-    finished(migrate(database_url, "django_dbqueue", "0021"))
+    finished(migrate(database_url, "django_dbqueue", before))
     with psycopg.connect(database_url, autocommit=True) as observer:
-        assert observer.execute(among).fetchone() == (None,)
-        assert observer.execute("SELECT dbqueue_awaited(1)").fetchone() == (False,)
+        assert observer.execute("SELECT to_regprocedure(%s)", [function]).fetchone() == (None,)
     finished(migrate(database_url))
     with psycopg.connect(database_url, autocommit=True) as observer:
-        awaited = observer.execute("SELECT dbqueue_awaited_among(ARRAY[1, 2])").fetchone()
-        assert awaited == ([],)
-        assert observer.execute("SELECT dbqueue_awaited(1)").fetchone() == (False,)
+        return observer.execute(call).fetchone()
 
 
 @pytest.mark.postgresql
 def test_migration_0020_can_be_reversed_and_applied_again(database_url: str) -> None:
-    candidates = "SELECT to_regprocedure('dbqueue_limited_candidates(text[], integer, integer)')"
-    finished(migrate(database_url))
-    finished(migrate(database_url, "django_dbqueue", "0019"))
-    with psycopg.connect(database_url, autocommit=True) as observer:
-        assert observer.execute(candidates).fetchone() == (None,)
-    finished(migrate(database_url))
-    with psycopg.connect(database_url, autocommit=True) as observer:
-        none_ready = observer.execute(
-            "SELECT count(*) FROM dbqueue_limited_candidates(ARRAY['default'], 10, 100)"
-        ).fetchone()
+    none_ready = reversed_then_applied(
+        database_url,
+        "0019",
+        "dbqueue_limited_candidates(text[], integer, integer)",
+        "SELECT count(*) FROM dbqueue_limited_candidates(ARRAY['default'], 10, 100)",
+    )
     assert none_ready == (0,)
+
+
+@pytest.mark.postgresql
+def test_migration_0022_can_be_reversed_and_applied_again(database_url: str) -> None:
+    """The previous build's dbqueue_awaited stays beside it (workers still running it)."""
+    awaited = reversed_then_applied(
+        database_url,
+        "0021",
+        "dbqueue_awaited_among(bigint[])",
+        "SELECT dbqueue_awaited_among(ARRAY[1, 2]), dbqueue_awaited(1)",
+    )
+    assert awaited == ([], False)
 
 
 #: One ready job of ``keyed`` through dbqueue_insert_job (migration 0021): its id, or no row
