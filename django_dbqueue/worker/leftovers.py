@@ -87,17 +87,14 @@ def guarded(call: Callable[[], T]) -> T:
 
 
 def tidy(
-    depths: dict[str, int],
-    used: set[str],
-    wrappers: Sequence[BaseDatabaseWrapper] | None = None,
+    depths: dict[str, int], used: set[str], wrappers: Sequence[BaseDatabaseWrapper]
 ) -> list[str]:
     """Undo what the task left on this thread's connections; the aliases it left open.
 
     ``depths`` gives each connection's ``atomic`` depth before the task
     (missing: it was not open); ``used`` the aliases the task ran queries on;
-    ``wrappers`` this thread's connection wrappers, when the caller has them
-    (default: those initialised). Never raises: a connection that cannot be
-    tidied is closed.
+    ``wrappers`` this thread's connection wrappers (``connections.all()``).
+    Never raises: a connection that cannot be tidied is closed.
     """
     left_open = []
     for connection in _open(wrappers):
@@ -125,10 +122,8 @@ def reset_session(connection: BaseDatabaseWrapper) -> None:
         _close(connection)
 
 
-def _open(wrappers: Sequence[BaseDatabaseWrapper] | None) -> list[BaseDatabaseWrapper]:
-    """Those of ``wrappers`` (default: this thread's initialised ones) with a connection open."""
-    if wrappers is None:
-        wrappers = connections.all(initialized_only=True)
+def _open(wrappers: Sequence[BaseDatabaseWrapper]) -> list[BaseDatabaseWrapper]:
+    """Those of ``wrappers`` with a connection open."""
     return [c for c in wrappers if c.connection is not None]
 
 
