@@ -311,13 +311,13 @@ class AttemptRunner:
         self.finished = finished
 
     def __call__(self, context: JobContext, task: Resolved) -> None:
-        if not self.live.start(context.job_id):
+        if not self.live.start(context.lease):
             return  # Released at shutdown before it started (``Worker._release_unfinished``).
         started = time.monotonic()
         try:
             outcome = execute(context.lease, context, task, self.writer)
         except BaseException:
-            self.live.remove([context.job_id])  # execute raises for no job; it is over all the same
+            self.live.remove([context.lease])  # execute raises for no job; it is over all the same
             raise
         if outcome is not Outcome.HANDED_OVER:
             self.finished([Ended(context, outcome, started)])

@@ -35,7 +35,7 @@ from django_dbqueue import conf, leases
 from django_dbqueue.logfields import job_fields
 from django_dbqueue.worker.connections import Survival
 from django_dbqueue.worker.counters import WorkerCounters
-from django_dbqueue.worker.live import LiveJob, LiveJobs
+from django_dbqueue.worker.live import AttemptKey, LiveJob, LiveJobs, attempt_key
 from django_dbqueue.worker.progress import ProgressBoard
 from django_dbqueue.worker.session import worker_session
 
@@ -60,9 +60,9 @@ class Heartbeat(threading.Thread):
         self.stop = stop
         self._asks: list[_Ask] = []
         self._asks_lock = threading.Lock()
-        #: By job id, when (``time.monotonic``) each lease this thread renewed runs out at the
+        #: By attempt, when (``time.monotonic``) each lease this thread renewed runs out at the
         #: earliest: its lease length after the renewal statement was sent.
-        self._lease_ends: dict[int, float] = {}
+        self._lease_ends: dict[AttemptKey, float] = {}
         #: Tasks' progress reports, written by this thread (``post`` is the jobs' poster).
         self.progress = ProgressBoard(live, counters, live.added.set)
 
@@ -151,7 +151,7 @@ class Heartbeat(threading.Thread):
 
     def _answer(self, asks: list[_Ask]) -> None:
         """Renew the asked leases in one statement and hand each ask the renewal."""
-        jobs = [job for lease, _ in asks if (job := self.live.get(lease.job_id)) is not None]
+        jobs = [job for lease, _ in asks if (job := self.live.get(lease)) is not None]
         renewal = self._renew(jobs)
         for _, asked in asks:
             asked.set_result(renewal)
@@ -160,9 +160,9 @@ class Heartbeat(threading.Thread):
         """Renew what may still run; flag what may not or is no longer ours."""
         jobs = self.live.all()
         self._renew(jobs)
-        live = {job.lease.job_id for job in jobs}
-        for job_id in self._lease_ends.keys() - live:
-            del self._lease_ends[job_id]
+        live = {attempt_key(job.lease) for job in jobs}
+        for attempt in self._lease_ends.keys() - live:
+            del self._lease_ends[attempt]
 
     def _renew(self, jobs: list[LiveJob]) -> leases.Renewal:
         """Renew ``jobs`` in one statement but those past their timeout; what it found."""
@@ -187,7 +187,7 @@ class Heartbeat(threading.Thread):
             job_id = job.lease.job_id
             job.context.learn(renewal)
             if job_id in renewal.owned:
-                self._lease_ends[job_id] = sent + job.lease.lease_seconds
+                self._lease_ends[attempt_key(job.lease)] = sent + job.lease.lease_seconds
             elif job_id in renewal.lost or (job_id in renewal.skipped and self._ran_out(job)):
                 job.context.lease_lost.set()
                 self.counters.add("leases_lost")
@@ -195,7 +195,7 @@ class Heartbeat(threading.Thread):
 
     def _ran_out(self, job: LiveJob) -> bool:
         """Whether the lease of ``job``, whose row was locked elsewhere, has run out by now."""
-        ends = self._lease_ends.get(job.lease.job_id, job.added + job.lease.lease_seconds)
+        ends = self._lease_ends.get(attempt_key(job.lease), job.added + job.lease.lease_seconds)
         if time.monotonic() < ends:
             log.info(
                 "job id=%s row locked by another transaction; renewing its lease next beat",

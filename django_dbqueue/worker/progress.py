@@ -25,10 +25,7 @@ from collections.abc import Callable
 
 from django_dbqueue import leases, progress
 from django_dbqueue.worker.counters import WorkerCounters
-from django_dbqueue.worker.live import LiveJobs
-
-#: Lease identity: a later claim of the same job by this worker starts afresh.
-_Key = tuple[int, int]
+from django_dbqueue.worker.live import AttemptKey, LiveJobs, attempt_key
 
 
 class ProgressBoard:
@@ -39,10 +36,10 @@ class ProgressBoard:
         self.live = live
         self.counters = counters
         self._wake = wake
-        self._pacers: dict[_Key, tuple[leases.Lease, progress.Pacer]] = {}
+        self._pacers: dict[AttemptKey, tuple[leases.Lease, progress.Pacer]] = {}
         self._lock = threading.Lock()
         #: The jobs whose reports the heartbeat has taken and not finished writing.
-        self._writing: set[_Key] = set()
+        self._writing: set[AttemptKey] = set()
         #: Notified when a write of the heartbeat has finished.
         self._written = threading.Condition(self._lock)
 
@@ -53,7 +50,7 @@ class ProgressBoard:
         shorten its sleep to the report's turn. Always ``True``: a lost lease
         is learned from the write, later (``lease_lost``).
         """
-        key = self._key(lease)
+        key = attempt_key(lease)
         with self._lock:
             _, pacer = self._pacers.setdefault(key, (lease, progress.Pacer()))
             was_waiting = pacer.waiting is not None
@@ -72,7 +69,7 @@ class ProgressBoard:
         at most the lease's length; a heartbeat stuck that long has cost the
         lease, and the outcome's fenced write says so.
         """
-        key = self._key(lease)
+        key = attempt_key(lease)
         with self._written:
             self._written.wait_for(lambda: key not in self._writing, lease.lease_seconds)
             entry = self._pacers.pop(key, None)
@@ -100,12 +97,12 @@ class ProgressBoard:
             written = progress.write(due)
         finally:
             with self._written:
-                self._writing.difference_update(self._key(lease) for lease, _ in due)
+                self._writing.difference_update(attempt_key(lease) for lease, _ in due)
                 self._written.notify_all()
         lost = self._unsettled([lease for lease, _ in due if lease.job_id in written.missed])
         with self._lock:
             for lease, report in due:
-                entry = self._pacers.get(self._key(lease))
+                entry = self._pacers.get(attempt_key(lease))
                 if entry is None:
                     continue
                 if lease.job_id in written.written:
@@ -113,8 +110,8 @@ class ProgressBoard:
                 elif lease.job_id in written.skipped and entry[1].waiting is None:
                     entry[1].waiting = report
         for lease in lost:
-            job = self.live.get(lease.job_id)
-            if job is None or job.lease.lease_token != lease.lease_token:
+            job = self.live.get(lease)
+            if job is None:
                 continue  # The attempt ended meanwhile: its outcome's write speaks for it.
             if not job.context.lease_lost.is_set():
                 leases.log_lost_lease("set_progress", lease)
@@ -124,7 +121,7 @@ class ProgressBoard:
     def _taken(self, now: float) -> list[tuple[leases.Lease, progress.Progress]]:
         """The reports due now, taken out and marked being written; the pacers of jobs no
         longer live are dropped."""
-        live = {(job.lease.job_id, job.lease.lease_token) for job in self.live.all()}
+        live = {attempt_key(job.lease) for job in self.live.all()}
         due = []
         with self._lock:
             for key in self._pacers.keys() - live:
@@ -133,12 +130,8 @@ class ProgressBoard:
                 report = pacer.take(now)
                 if report is not None:
                     due.append((lease, report))
-            self._writing.update(self._key(lease) for lease, _ in due)
+            self._writing.update(attempt_key(lease) for lease, _ in due)
         return due
-
-    @staticmethod
-    def _key(lease: leases.Lease) -> _Key:
-        return (lease.job_id, lease.lease_token)
 
     @staticmethod
     def _unsettled(missed: list[leases.Lease]) -> list[leases.Lease]:

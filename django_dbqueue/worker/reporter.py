@@ -255,7 +255,7 @@ class OutcomeReporter(threading.Thread):
             for attempt, duration in zip(ended, durations, strict=True)
         )
         self.counters.add_all(collections.Counter(COUNTER_OF[attempt.outcome] for attempt in ended))
-        self.live.remove(attempt.context.job_id for attempt in ended)
+        self.live.remove(attempt.context.lease for attempt in ended)
         return durations
 
     def written(self, batch: list[Ended]) -> None:

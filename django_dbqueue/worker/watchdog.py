@@ -62,7 +62,7 @@ class Watchdog:
         now = time.monotonic()
         hung = []
         for context in self.pool.running():
-            job = self.live.get(context.job_id)
+            job = self.live.get(context.lease)
             deadline = job.deadline if job is not None else None
             if deadline is not None and now > deadline + context.lease.lease_seconds:
                 hung.append(context.job_id)

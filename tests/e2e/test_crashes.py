@@ -12,20 +12,22 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count
 
 from django_dbqueue import Job, JobState
+from django_dbqueue.clock import database_now
 from tests.e2e.conftest import WorkerProcess, open_gate
 from tests.jobs.crash_tasks import (
     QUICK_RETRY,
     always_fails,
     applies_effect_once,
+    each_attempt_gated,
     gated_reporting_worker,
     stuck_past_timeout,
 )
@@ -281,6 +283,42 @@ def test_job_past_timeout_loses_its_lease_and_is_recovered_within_lease_plus_rea
     assert done.state == JobState.SUCCEEDED
     assert done.result == {"attempt": 2}
     assert done.attempts == 2
+    stop(worker)
+
+
+def test_a_stale_attempts_end_leaves_the_attempt_that_replaced_it_on_the_same_worker_renewed(
+    start_worker: StartWorker,
+) -> None:
+    job = each_attempt_gated.enqueue("twice")
+    lease = fetch(job).lease_seconds
+    # Room for the stale attempt and the one that replaces it on one worker.
+    worker = start_worker("--concurrency", "2", "--worker-id", "W", *FAST_POLL)
+    wait_until(lambda: execution_of(job, 1), what="attempt 1 to start")
+    # Attempt 1's lease lapses under it (as while the database was out of reach): the
+    # worker's reaper returns the job and the same worker claims it again.
+    lapsed = database_now(connection) - timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(lease_until=lapsed)
+    wait_until(lambda: execution_of(job, 2), 20, "attempt 2 to start while attempt 1 hangs")
+
+    open_gate("twice-1")
+    wait_until(lambda: outcome_line(worker, job, 1, "lease_lost"), what="attempt 1 to give up")
+    ended = time.monotonic()
+
+    def attempt_2_running_after_three_leases() -> bool:
+        current = fetch(job)
+        if (current.state, current.attempts, current.lease_token) != (JobState.RUNNING, 2, 2):
+            pytest.fail(
+                f"attempt 2 lost its lease after attempt 1 ended: state={current.state} "
+                f"attempts={current.attempts} errors={current.errors}\n{worker.log()}"
+            )
+        return time.monotonic() - ended > 3 * lease
+
+    wait_until(attempt_2_running_after_three_leases, 20, "three leases to pass")
+    open_gate("twice-2")
+    done = wait_until(lambda: in_state(job, JobState.SUCCEEDED), what="attempt 2's success")
+    assert (done.attempts, done.result) == (2, {"attempt": 2})
+    assert history_codes(done) == [(1, "W", "LEASE_EXPIRED")]
+    assert log_line(worker, f"job id={job.pk} claimed again while its attempt with lease token 1")
     stop(worker)
 
 

@@ -55,6 +55,16 @@ def stuck_past_timeout(context: JobContext, gate: str) -> dict[str, Any]:
     return {"attempt": context.attempt}
 
 
+@task(takes_context=True, lease=2, retry=QUICK_RETRY)
+def each_attempt_gated(context: JobContext, gate: str) -> dict[str, Any]:
+    """Each attempt waits for its own gate, ``{gate}-{attempt}`` (ignoring ``lease_lost``),
+    then returns its attempt number; the worker's heartbeat renews it meanwhile."""
+    execution = record(context, gate)
+    wait_for_gate(f"{gate}-{context.attempt}")
+    finish(execution)
+    return {"attempt": context.attempt}
+
+
 class AlwaysFails(RuntimeError):
     """What ``always_fails`` raises: its class name is the error code."""
 
