@@ -346,7 +346,8 @@ def complete_json(lease: Lease, encoded: str | None) -> bool:
 def complete_many(done: Sequence[tuple[Lease, str | None]]) -> Completion:
     """Complete several leased jobs in one statement; report the ids completed and skipped.
 
-    ``done`` pairs each lease with its result as JSON text (``encode_result``).
+    ``done`` pairs each lease with its result as JSON text (``encode_result``),
+    one lease per job: the outcome is reported by job id.
     A job that other jobs wait for is completed in a transaction that also
     settles them (``dependencies.settle``: the last dependency's success makes
     its dependent ready in the same commit). Every row keeps its own fencing

@@ -2,8 +2,8 @@
 
 A job thread hands its success over (``succeeded``) and is free for the next
 job at once. The completer writes everything that queued up while it wrote
-the previous batch (up to ``MAX_BATCH`` results, and ``MAX_BATCH_BYTES`` of
-them) with one ``complete`` statement, in which every row keeps its own
+the previous batch (up to ``MAX_BATCH`` results, ``MAX_BATCH_BYTES`` of
+them, each job once) with one ``complete`` statement, in which every row keeps its own
 fencing check, then reports the batch's outcomes
 to ``written`` in one call: ``SUCCEEDED``, ``LEASE_LOST`` when the database
 refused the row, or ``UNRECORDED`` when the database stayed unreachable for the
@@ -86,14 +86,23 @@ class _Write:
     done: Future[bool]
 
 
-def within_bytes(pending: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
-    """``pending`` cut in two: the first batch, whose results add up to ``MAX_BATCH_BYTES`` at
-    most (a larger result alone), and the rest, in order."""
+def first_batch(pending: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    """``pending`` cut in two: the first batch and the rest, in order.
+
+    The batch ends before the result that would take it past
+    ``MAX_BATCH_BYTES`` (a larger result is written alone), and before a
+    second success of a job already in it: a stale attempt's success and the
+    current attempt's, of one job claimed again while the first still ran,
+    go in separate statements, so each is told its own outcome
+    (``leases.Completion`` reports by job).
+    """
     total = 0
+    jobs: set[int] = set()
     for end, item in enumerate(pending):
         total += len(item.encoded or "")
-        if total > MAX_BATCH_BYTES and end:
+        if end and (total > MAX_BATCH_BYTES or item.context.job_id in jobs):
             return pending[:end], pending[end:]
+        jobs.add(item.context.job_id)
     return pending, []
 
 
@@ -242,7 +251,7 @@ class Completer(threading.Thread):
                 due = locked.due()
                 room = MAX_BATCH - len(waiting) - len(due)
                 gathered = self._gather(room, wait=not (waiting or due))
-                batch, waiting = within_bytes([*due, *waiting, *self._written_first(gathered)])
+                batch, waiting = first_batch([*due, *waiting, *self._written_first(gathered)])
                 if not batch:
                     continue
                 outcomes: list[Ended] = []

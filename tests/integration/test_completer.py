@@ -25,6 +25,7 @@ from django_dbqueue.worker.completer import Completer, WriteNotTaken
 from django_dbqueue.worker.execute import execute
 from django_dbqueue.worker.outcome import Ended, Outcome
 from tests.integration.test_leases import row_locked_elsewhere, run_in_thread
+from tests.integration.test_progress import reclaimed_by_another_worker
 from tests.jobs import tasks
 from tests.waiting import wait_until
 
@@ -315,6 +316,35 @@ def test_a_batch_keeps_under_the_byte_cap_and_a_larger_result_is_written_alone(
     assert batches == [[302, 302, 302], [1502], [302]]
     assert set(outcomes.values()) == {Outcome.SUCCEEDED}
     assert Job.objects.filter(state=JobState.SUCCEEDED).count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_attempts_success_and_the_current_ones_of_one_job_are_told_their_own_outcomes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stale, current = reclaimed_by_another_worker()
+    write = leases.complete_many
+    batches: list[list[int]] = []
+
+    def record_each_batch(done: list[tuple[leases.Lease, str]]) -> leases.Completion:
+        batches.append([lease.lease_token for lease, _ in done])
+        return write(done)
+
+    monkeypatch.setattr(leases, "complete_many", record_each_batch)
+    reported: list[Ended] = []
+    completer = Completer(threading.Event(), reported.extend)
+    # Handed over before the completer starts, so its first gather takes both at once.
+    completer.succeeded(JobContext(current), {"attempt": 2}, time.monotonic())
+    completer.succeeded(JobContext(stale), {"attempt": 1}, time.monotonic())
+    with running(completer):
+        wait_until(lambda: len(reported) == 2, WAIT, "both outcomes")
+    outcomes = [(ended.context.lease.lease_token, ended.outcome) for ended in reported]
+    assert outcomes == [
+        (current.lease_token, Outcome.SUCCEEDED),
+        (stale.lease_token, Outcome.LEASE_LOST),
+    ]
+    assert batches == [[current.lease_token], [stale.lease_token]]
+    assert Job.objects.get(pk=current.job_id).result == {"attempt": 2}
 
 
 def read_only_error() -> InternalError:
