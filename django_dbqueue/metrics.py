@@ -2,9 +2,9 @@
 
 Import this module only where metrics are wanted: it needs ``prometheus-client``
 (``pip install "django-dbqueue[prometheus]"``). Worker samples are read at scrape
-time from its ``WorkerCounters``; the queue gauges from ``queue_stats()`` and the limit
-gauges from ``limit_stats()`` at most once per ``QUEUE_STATS_TTL`` seconds, however many
-scrapes come in. Nothing is
+time from its ``WorkerCounters``; the queue gauges from ``queue_stats()``, the limit
+gauges from ``limit_stats()`` and the job table's (PostgreSQL) from ``table_health()`` at
+most once per ``QUEUE_STATS_TTL`` seconds, however many scrapes come in. Nothing is
 registered in prometheus_client's global registry, so a project's own metrics
 never clash.
 
@@ -31,6 +31,7 @@ from django.views.decorators.http import require_GET
 
 from django_dbqueue import conf
 from django_dbqueue.stats import LimitStats, QueueStats, limit_stats, queue_stats
+from django_dbqueue.table_health import TableHealth, table_health
 from django_dbqueue.worker.counters import HistogramSnapshot, WorkerCounters
 
 INSTALL_HINT = (
@@ -55,9 +56,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
 log = logging.getLogger(__name__)
 
-#: Seconds the queue and limit gauges are served from one read of ``queue_stats()`` and
-#: ``limit_stats()``: an unauthenticated scrape flood costs the database one read (three
-#: queries) per interval.
+#: Seconds the queue, limit and table gauges are served from one read of ``queue_stats()``,
+#: ``limit_stats()`` and ``table_health()``: an unauthenticated scrape flood costs the
+#: database one read (three queries, four on PostgreSQL) per interval.
 QUEUE_STATS_TTL = 5.0
 #: ``QueueStats`` field -> (gauge name, help), labelled ``queue``.
 QUEUE_GAUGES = {
@@ -108,6 +109,32 @@ LIMIT_GAUGES = {
     "rate": (
         "dbqueue_limit_rate",
         "Most jobs of the limit that start a second (0: it has a size only).",
+    ),
+}
+#: ``TableHealth`` field -> (gauge name, help), labelled ``table`` (PostgreSQL only).
+TABLE_GAUGES = {
+    "live_rows": (
+        "dbqueue_table_live_rows",
+        "Live rows of the table, as PostgreSQL's statistics estimate them.",
+    ),
+    "dead_rows": (
+        "dbqueue_table_dead_rows",
+        "Dead row versions of the table that vacuum has not removed yet.",
+    ),
+    "last_vacuum_age_seconds": (
+        "dbqueue_table_last_vacuum_age_seconds",
+        "Seconds since the table was last vacuumed; 0 when never.",
+    ),
+}
+#: ``VacuumHorizon`` field -> (gauge name, help), unlabelled: one per database (PostgreSQL).
+HORIZON_GAUGES = {
+    "transactions": (
+        "dbqueue_vacuum_horizon_age_transactions",
+        "Transactions since the oldest snapshot that holds back vacuum was taken; 0 when none.",
+    ),
+    "seconds": (
+        "dbqueue_vacuum_horizon_age_seconds",
+        "Seconds the transaction holding back vacuum has been open; 0 when none or not visible.",
     ),
 }
 #: ``WorkerCounters`` counter -> (counter name, help), labelled ``worker_id``.
@@ -164,11 +191,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Readings:
-    """One read for the gauges: the queues (``queue_stats()`` plus the configured queues)
-    and the limits with ready or running jobs (``limit_stats()``)."""
+    """One read for the gauges: the queues (``queue_stats()`` plus the configured queues),
+    the limits with ready or running jobs (``limit_stats()``) and the job table's bloat
+    (``table_health()``, ``None`` but on PostgreSQL)."""
 
     queues: dict[str, QueueStats]
     limits: list[LimitStats]
+    table: TableHealth | None = None
 
 
 class CachedStats(Generic[T]):
@@ -232,6 +261,9 @@ class QueueCollector:
         if readings.limits:
             limits = [(limit.limit, limit) for limit in readings.limits]
             yield from gauges(LIMIT_GAUGES, "limit", limits)
+        if readings.table is not None:
+            yield from gauges(TABLE_GAUGES, "table", [(readings.table.table, readings.table)])
+            yield from horizon_gauges(readings.table)
 
     def _read(self) -> Readings | None:
         if not self.own_connection:
@@ -242,7 +274,9 @@ class QueueCollector:
             log.warning("metrics scrape left out queue gauges, database error: %s", exc)
             return None
         finally:
-            connections[conf.get().reads_from].close()
+            settings = conf.get()
+            for alias in {settings.reads_from, settings.database}:
+                connections[alias].close()
 
 
 def gauges(
@@ -260,9 +294,18 @@ def gauges(
     return list(families.values())
 
 
+def horizon_gauges(table: TableHealth) -> list[GaugeMetricFamily]:
+    """``HORIZON_GAUGES``, each with one unlabelled sample: the horizon's field, 0 for none."""
+    return [
+        GaugeMetricFamily(name, help_text, value=getattr(table.horizon, field, None) or 0)
+        for field, (name, help_text) in HORIZON_GAUGES.items()
+    ]
+
+
 def read_gauges() -> Readings:
-    """The queues (with the configured ones) and the limits, as the gauges show them."""
-    return Readings(with_configured_queues(queue_stats()), limit_stats())
+    """The queues (with the configured ones), the limits and the job table, as the gauges
+    show them."""
+    return Readings(with_configured_queues(queue_stats()), limit_stats(), table_health())
 
 
 def with_configured_queues(stats: dict[str, QueueStats]) -> dict[str, QueueStats]:

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from django_dbqueue import clock, conf, pauses
 from django_dbqueue.models import Dependency, EdgeState, Job, JobState, QueuePause
+from django_dbqueue.table_health import TableHealth
 
 #: Leases ending within this window count as "expiring".
 EXPIRING_WITHIN = timedelta(seconds=30)
@@ -243,9 +244,13 @@ def limit_stats() -> list[LimitStats]:
     return sorted(limits, key=lambda limit: limit.limit)
 
 
-def as_json(stats: dict[str, QueueStats], limits: Sequence[LimitStats] = ()) -> dict[str, Any]:
+def as_json(
+    stats: dict[str, QueueStats],
+    limits: Sequence[LimitStats] = (),
+    table: TableHealth | None = None,
+) -> dict[str, Any]:
     """The documented ``dbqueue_stats --json`` shape:
-    ``{"queues": {name: {...}}, "limits": [{...}, ...]}``.
+    ``{"queues": {name: {...}}, "limits": [{...}, ...], "table": {...}}``.
 
     Each queue: its counts, ``oldest_ready_age_seconds`` (``null``: none due),
     ``paused`` (``true``/``false``) and ``paused_until`` (ISO 8601 in UTC, such
@@ -253,10 +258,13 @@ def as_json(stats: dict[str, QueueStats], limits: Sequence[LimitStats] = ()) -> 
     ``limits``: each limit of ``limits`` (``limit_stats()``), in their order, as
     ``{"limit", "size", "rate", "running", "waiting"}`` (``size`` and ``rate``: ``null``
     where the limit has none; ``rate`` in starts a second); always present, ``[]`` for none.
+    ``table``: the job table's bloat signals (``TableHealth.as_dict``), ``null`` where
+    they are not measured (MySQL, MariaDB, SQLite).
     """
     return {
         "queues": {name: queue.as_dict() for name, queue in stats.items()},
         "limits": [limit.as_dict() for limit in limits],
+        "table": None if table is None else table.as_dict(),
     }
 
 

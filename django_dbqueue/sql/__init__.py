@@ -10,9 +10,10 @@ that has enqueued a few jobs: ``enqueue.single_insert``), ``listen_session`` and
 ``reset_session`` (a job connection's fresh session, ``worker.leftovers``);
 two MySQL/MariaDB alone has: ``loose_collations`` (what the system check
 ``dbqueue.E019`` reads) and ``transaction_open`` (MariaDB's report of an open
-transaction); and four PostgreSQL alone has: ``error_search_state``,
+transaction); and five PostgreSQL alone has: ``error_search_state``,
 ``error_search_ready``, ``error_search_recent`` and ``error_search_index`` (the
-admin's search in error text, with ``pg_trgm``). A block is one statement, or
+admin's search in error text, with ``pg_trgm``) and ``table_health`` (the job
+table's bloat signals: ``table_health``). A block is one statement, or
 (where the vendor lacks ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
 the last one that returns rows giving the result, by column name; a statement
 may read the rows of the latest one that returned rows as ``%(previous)s`` (a

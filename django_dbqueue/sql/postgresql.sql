@@ -834,6 +834,38 @@ LIMIT %(limit)s;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS dbqueue_job_error_text ON dbqueue_job
 USING gin (UPPER(last_error) gin_trgm_ops) WHERE last_error <> '';
 
+-- name: table_health
+-- The job table's bloat signals (PostgreSQL only), from the server's statistics, never the
+-- table: its live and dead rows (the statistics system's estimates, which autovacuum reads),
+-- the seconds since it was last vacuumed, and the oldest snapshot that keeps vacuum from removing dead
+-- rows younger than it: a session of this database (or a standby's feedback through a
+-- WAL sender), a replication slot, or a prepared transaction; this session's own snapshot
+-- and autovacuum's (which other vacuums ignore) are left out. A session's state and transaction start read NULL for another role's session
+-- unless this role has pg_read_all_stats; its xmin's age reads for everyone.
+WITH holders AS (
+    SELECT 'session' AS kind, pid, application_name AS holder, state, backend_xmin AS xmin,
+           xact_start AS since
+    FROM pg_stat_activity
+    WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+      AND backend_type <> 'autovacuum worker'
+      AND (datname = current_database() OR backend_type = 'walsender')
+    UNION ALL
+    SELECT 'replication slot', NULL, slot_name, NULL, xmin, NULL
+    FROM pg_replication_slots WHERE xmin IS NOT NULL
+    UNION ALL
+    SELECT 'prepared transaction', NULL, gid, NULL, transaction, prepared
+    FROM pg_prepared_xacts WHERE database = current_database()
+)
+SELECT t.n_live_tup AS live_rows, t.n_dead_tup AS dead_rows,
+       EXTRACT(EPOCH FROM clock_timestamp() - GREATEST(t.last_vacuum, t.last_autovacuum))::float8
+           AS last_vacuum_age,
+       h.kind AS horizon_kind, h.pid AS horizon_pid, h.holder AS horizon_holder,
+       h.state AS horizon_state, age(h.xmin) AS horizon_transactions,
+       EXTRACT(EPOCH FROM clock_timestamp() - h.since)::float8 AS horizon_seconds
+FROM pg_stat_user_tables AS t
+LEFT JOIN LATERAL (SELECT * FROM holders ORDER BY age(xmin) DESC LIMIT 1) AS h ON true
+WHERE t.relid = to_regclass('dbqueue_job');
+
 -- name: lock_dependencies
 -- The jobs in %(job_ids)s that a job being enqueued will depend on, with their states, held
 -- by a share lock until the enqueue's transaction ends: a completion, failure or purge of

@@ -26,6 +26,7 @@ from django_dbqueue.jsontext import MAX_DEPTH
 from django_dbqueue.signals import jobs_committed
 from tests.jobs.enqueue_tasks import echo
 from tests.jobs.tasks import noop, send_invoice
+from tests.raw_session import raw_session
 from tests.testapp.models import Order
 from tests.waiting import wait_until
 
@@ -86,17 +87,7 @@ def committed_signals() -> Iterator[list[dict[str, Any]]]:
 @pytest.fixture
 def listener(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
     """A separate autocommit PostgreSQL connection listening on the notify channel."""
-    settings_dict = connection.settings_dict
-    params = {
-        "dbname": settings_dict["NAME"],
-        "host": settings_dict["HOST"],
-        "port": settings_dict["PORT"],
-        "user": settings_dict["USER"],
-        "password": settings_dict["PASSWORD"],
-    }
-    conn = psycopg.connect(
-        autocommit=True, **{key: value for key, value in params.items() if value}
-    )
+    conn = raw_session(autocommit=True)
     channel = dbqueue_conf.get().notify_channel
     conn.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(channel)))
     yield conn

@@ -29,6 +29,7 @@ from django_dbqueue.worker.counters import Histogram, WorkerCounters
 from django_dbqueue.worker.worker import Worker, WorkerOptions
 from tests.factories import JobFactory
 from tests.jobs import tasks
+from tests.stats_sections import gauge_read_queries, measures_table
 from tests.waiting import wait_until
 
 QUEUE_GAUGES = [
@@ -60,6 +61,20 @@ WORKER_HISTOGRAMS = [
 #: Labelled worker_id and task.
 TASK_HISTOGRAMS = ["dbqueue_job_queue_wait_seconds", "dbqueue_job_run_duration_seconds"]
 WORKER_GAUGES = ["dbqueue_worker_thread_alive", "dbqueue_worker_hung_slots"]
+#: The job table's gauges, documented names, served where the table is measured (PostgreSQL).
+TABLE_GAUGES = [
+    "dbqueue_table_live_rows",
+    "dbqueue_table_dead_rows",
+    "dbqueue_table_last_vacuum_age_seconds",
+    "dbqueue_vacuum_horizon_age_transactions",
+    "dbqueue_vacuum_horizon_age_seconds",
+]
+
+
+def table_gauges() -> list[str]:
+    """``TABLE_GAUGES`` where this database reports the table's health, else none."""
+    return TABLE_GAUGES if measures_table() else []
+
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -129,7 +144,7 @@ class TestQueueMetricsView:
         assert response.status_code == 200
         assert response["Content-Type"] == CONTENT_TYPE_LATEST
         types, samples = parse(response.content.decode())
-        assert types == dict.fromkeys(QUEUE_GAUGES, "gauge")
+        assert types == dict.fromkeys([*QUEUE_GAUGES, *table_gauges()], "gauge")
         default = {name: value(samples, name, queue="default") for name in QUEUE_GAUGES}
         assert default == {
             "dbqueue_queue_waiting_jobs": 3,
@@ -159,7 +174,7 @@ class TestQueueMetricsView:
 
     def test_no_jobs_and_no_configured_queues_gives_no_samples(self, client: Client) -> None:
         _, samples = parse(client.get("/metrics").content.decode())
-        assert samples == {}
+        assert {name for name, _ in samples} == set(table_gauges())
 
     def test_one_read_per_scrape_whatever_the_number_of_queues(
         self, client: Client, django_assert_num_queries: DjangoAssertNumQueries
@@ -167,7 +182,7 @@ class TestQueueMetricsView:
         for index in range(5):
             JobFactory(queue=f"q{index}")
             JobFactory(queue=f"q{index}", dead=True)
-        with django_assert_num_queries(3):  # queue_stats(): the jobs, the pauses; the limits
+        with django_assert_num_queries(gauge_read_queries()):
             response = client.get("/metrics")
         assert response.status_code == 200
 
@@ -175,7 +190,7 @@ class TestQueueMetricsView:
         self, client: Client, django_assert_num_queries: DjangoAssertNumQueries
     ) -> None:
         JobFactory(queue="mail", dead=True)
-        with django_assert_num_queries(3):  # one read: the jobs, the pauses, the limits
+        with django_assert_num_queries(gauge_read_queries()):  # one read
             pages = [client.get("/metrics").content for _ in range(50)]
         assert len(set(pages)) == 1
         assert value(parse(pages[0].decode())[1], "dbqueue_queue_dead_jobs", queue="mail") == 1
@@ -263,6 +278,7 @@ class TestMetricsServer:
             *TASK_HISTOGRAMS,
             *WORKER_GAUGES,
             *QUEUE_GAUGES,
+            *table_gauges(),
         }
         assert value(samples, "dbqueue_worker_jobs_claimed_total", worker_id="w-http") == 3
         run_count = "dbqueue_worker_run_duration_seconds_count"

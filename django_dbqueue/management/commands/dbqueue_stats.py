@@ -1,4 +1,5 @@
-"""``manage.py dbqueue_stats``: queue health and limit load in the terminal, as tables or JSON."""
+"""``manage.py dbqueue_stats``: queue health, limit load and the job table's bloat in the
+terminal, as tables or JSON."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django_dbqueue import clock, conf
 from django_dbqueue.management.options import INTERVAL
 from django_dbqueue.stats import LimitStats, QueueStats, as_json, limit_stats, queue_stats
+from django_dbqueue.table_health import TableHealth, VacuumHorizon, table_health
 
 COLUMNS = (
     "queue",
@@ -30,8 +32,10 @@ COLUMNS = (
 )
 #: The columns of the limits table, below the queues' (when a limit has ready or running jobs).
 LIMIT_COLUMNS = ("limit", "size", "rate", "running", "waiting")
+#: The columns of the job table's line, last (PostgreSQL only).
+TABLE_COLUMNS = ("table", "live rows", "dead rows", "dead", "last vacuum")
 #: The columns read as text, left-aligned; the counts between them are right-aligned.
-TEXT_COLUMNS = {"queue", "oldest ready", "paused", "limit"}
+TEXT_COLUMNS = {"queue", "oldest ready", "paused", "limit", "table", "last vacuum"}
 #: A pause ending within this long shows its time of day alone (the next one); a later end
 #: shows its date too.
 TIME_OF_DAY_WITHIN = timedelta(days=1)
@@ -127,6 +131,36 @@ def limits_table(limits: list[LimitStats]) -> str:
     return "\n".join(aligned(LIMIT_COLUMNS, rows))
 
 
+def table_health_table(health: TableHealth | None) -> str:
+    """The job table's live and dead rows and last vacuum, in ``TABLE_COLUMNS`` order, then
+    what holds back vacuum, if anything; empty text where not measured (not PostgreSQL)."""
+    if health is None:
+        return ""
+    age = health.last_vacuum_age_seconds
+    vacuumed = "never" if age is None else f"{humanise(age)} ago"
+    row = [
+        health.table,
+        str(health.live_rows),
+        str(health.dead_rows),
+        f"{health.dead_share:.0%}",
+        vacuumed,
+    ]
+    lines = aligned(TABLE_COLUMNS, [row])
+    if health.horizon is not None:
+        lines.append(f"vacuum held back by {holder(health.horizon)}")
+    return "\n".join(lines)
+
+
+def holder(horizon: VacuumHorizon) -> str:
+    """``session pid 4242 (psql, idle in transaction), 1532 transactions old, open 4m12s``."""
+    who = horizon.kind if horizon.pid is None else f"{horizon.kind} pid {horizon.pid}"
+    about = ", ".join(filter(None, [horizon.holder, horizon.state]))
+    held = f"{horizon.transactions} transactions old"
+    if horizon.seconds is not None:
+        held += f", open {humanise(horizon.seconds)}"
+    return f"{who} ({about}), {held}" if about else f"{who}, {held}"
+
+
 def aligned(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
     """The header and ``rows`` as lines, each column as wide as its widest cell; text cells
     (``TEXT_COLUMNS``) left-aligned, the others right-aligned."""
@@ -146,7 +180,9 @@ class Command(BaseCommand):
         "scheduled, running, leases expiring within 30 s, dead, blocked (cancelled by a failed "
         "dependency), succeeded in the last hour, the oldest ready job's age, and whether the "
         "queue is paused (yes: until resumed; or until when). Then each limit with ready or "
-        "running jobs: its size, its rate, its running jobs and its ready jobs waiting on it."
+        "running jobs: its size, its rate, its running jobs and its ready jobs waiting on it. "
+        "Last, on PostgreSQL, the job table's live and dead rows, its last vacuum, and the "
+        "oldest snapshot holding back vacuum."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -155,8 +191,8 @@ class Command(BaseCommand):
             action="store_true",
             dest="json_output",
             help=(
-                'Print {"queues": {name: {...}}, "limits": [{...}, ...]} for scripts '
-                "(one line per refresh with --watch)."
+                'Print {"queues": {name: {...}}, "limits": [{...}, ...], "table": {...}} for '
+                "scripts (one line per refresh with --watch)."
             ),
         )
         parser.add_argument(
@@ -178,11 +214,11 @@ class Command(BaseCommand):
             return
 
     def render(self, json_output: bool, indent: int | None) -> str:
-        stats, limits = queue_stats(), limit_stats()
+        stats, limits, health = queue_stats(), limit_stats(), table_health()
         if json_output:
-            return json.dumps(as_json(stats, limits), indent=indent, sort_keys=True)
+            return json.dumps(as_json(stats, limits, health), indent=indent, sort_keys=True)
         queues = table(stats, conf.get().oldest_ready_warning)
-        return "\n\n".join(filter(None, [queues, limits_table(limits)]))
+        return "\n\n".join(filter(None, [queues, limits_table(limits), table_health_table(health)]))
 
     def refresh(self, json_output: bool, every: float) -> None:
         """Print the stats once more; a database error is shown and retried next time."""
