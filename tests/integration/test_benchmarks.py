@@ -261,7 +261,9 @@ def test_only_refuses_a_step_the_run_does_not_have_and_names_those_it_has(
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 20)
-def test_purge_backlog_runs_on_demand_only_and_times_the_lease_recovery(tmp_path: Path) -> None:
+def test_purge_backlog_runs_on_demand_only_and_times_the_lease_recovery_and_the_purge(
+    tmp_path: Path,
+) -> None:
     """``--purge-backlog`` adds its step at the end; a run without it never has the step."""
     # Imported here: benchmarks.suite imports the benchmark's tasks.
     from benchmarks import purge_backlog, suite
@@ -274,11 +276,15 @@ def test_purge_backlog_runs_on_demand_only_and_times_the_lease_recovery(tmp_path
 
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads(output.read_text())["results"]
-    assert set(results) == {"purge_backlog_lease_recovery"}
+    assert set(results) == {"purge_backlog_lease_recovery", "purge_backlog_rate"}
     recovery = results["purge_backlog_lease_recovery"]
     assert recovery["value"] > 0
     assert recovery["n"] == QUICK.purge_backlog_rows
     assert recovery["details"]["finished_rows_left"] > 0
+    purge = results["purge_backlog_rate"]
+    assert purge["value"] > 0
+    assert purge["n"] == QUICK.purge_backlog_rows
+    assert purge["details"]["wal_bytes"] > 0
 
 
 #: What ``--tracing`` adds: both drains, their ratio, both enqueue rates and the hook's costs.
