@@ -26,7 +26,7 @@ from django_dbqueue import conf, sql
 
 @dataclass(frozen=True)
 class VacuumHorizon:
-    """The oldest snapshot on the server that keeps vacuum from removing dead rows.
+    """The oldest snapshot that keeps vacuum from removing dead rows of this database.
 
     ``kind``: ``"session"`` (a connection of this database with a transaction
     or query open, or a standby's feedback through a WAL sender),

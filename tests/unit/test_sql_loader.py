@@ -23,12 +23,14 @@ OPTIONAL = {
 #: The blocks only MySQL/MariaDB defines: the collation read of system check dbqueue.E019,
 #: MariaDB's report of an open transaction (``worker.leftovers``).
 MYSQL_ONLY = {"loose_collations", "transaction_open"}
-#: The blocks only PostgreSQL defines: the pg_trgm index of the admin's search in error text.
+#: The blocks only PostgreSQL defines: the pg_trgm index of the admin's search in error text,
+#: and the job table's bloat signals (``table_health``).
 POSTGRESQL_ONLY = {
     "error_search_state",
     "error_search_ready",
     "error_search_recent",
     "error_search_index",
+    "table_health",
 }
 
 
