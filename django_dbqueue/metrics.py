@@ -197,7 +197,7 @@ class Readings:
 
     queues: dict[str, QueueStats]
     limits: list[LimitStats]
-    table: TableHealth | None = None
+    table: TableHealth | None
 
 
 class CachedStats(Generic[T]):
