@@ -88,9 +88,10 @@ class LiveJobs:
             for job_id, lease_token in added:
                 earlier = self._newest.get(job_id)
                 if earlier is not None and earlier != lease_token:
+                    lost = self._jobs[(job_id, earlier)]
                     # Set before the new attempt is seen: no beat renews both together.
-                    superseded.append(self._jobs[(job_id, earlier)])
-                    superseded[-1].context.lease_lost.set()
+                    lost.context.lease_lost.set()
+                    superseded.append(lost)
                 self._newest[job_id] = lease_token
             self._jobs.update(added)
             shorter = shortest < self._planned_lease
