@@ -1,5 +1,5 @@
 """``python -m benchmarks [--quick] [--compare pgqueuer] [--pooler] [--tracing]
-[--purge-backlog] [--only STEP] [--json PATH] [--database-url URL]``.
+[--purge-backlog] [--large-table] [--only STEP] [--json PATH] [--database-url URL]``.
 
 Run it from the repository root.
 
@@ -49,6 +49,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="Also time an expired lease's recovery while the reaper purges a million "
         "finished jobs (50,000 with --quick): purge_backlog.run.",
+    )
+    parser.add_argument(
+        "--large-table",
+        action="store_true",
+        help="Also drain 200,000 jobs on an emptied table and among ten million finished "
+        "rows, and size the job table after a million jobs drained (about 15 minutes; run "
+        "it on a server with PostgreSQL's default vacuum settings): large_table.run.",
     )
     parser.add_argument(
         "--only",
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         with_pgqueuer=with_pgqueuer,
         with_pooler=with_pooler,
         with_purge_backlog=args.purge_backlog,
+        with_large_table=args.large_table,
         with_tracing=with_tracing,
     )
     if args.only:

@@ -163,28 +163,44 @@ def run(session: Session) -> None:
 def run_backlog(session: Session) -> None:
     """(d) The 1x8 drain of ready jobs among many finished ones (the table of a busy site)."""
     sizes = session.sizes
-    database.reset(session.harness)
-    database.seed(session.harness, sizes.backlog_finished, succeeded=True)
-    ids = database.seed(session.harness, sizes.backlog_ready)
-    database.vacuum(session.harness)
     drain = Drain("drain_backlog", 1, 8, raw="raw_claim_complete_b8")
+    deadline = sizes.long_drain_deadline
+    result = among_finished(session, drain, sizes.backlog_finished, sizes.backlog_ready, deadline)
+    session.results.add(result)
+
+
+def among_finished(
+    session: Session, drain: Drain, finished: int, ready: int, deadline: float
+) -> Result:
+    """``drain`` of ``ready`` jobs seeded after ``finished`` succeeded ones, on an emptied
+    table, stopped past ``deadline`` seconds.
+
+    Every drained job leaves a dead entry in the ready index until a vacuum removes
+    it, so whether the server's autovacuum runs shapes the figure (migration 0008):
+    the label says the server's vacuum settings, the details how often autovacuum ran
+    and how the rate moved over the drain.
+    """
+    database.reset(session.harness)
+    if finished:
+        database.seed(session.harness, finished, succeeded=True)
+    ids = database.seed(session.harness, ready)
+    database.vacuum(session.harness)
     vacuumed_before = database.autovacuums(session.harness)
-    result = measure(session, drain, ids, sizes.long_drain_deadline)
-    # Every drained job leaves a dead entry in the ready index until a vacuum removes it,
-    # so whether the server's autovacuum runs shapes this figure (migration 0008): the
-    # details say how often it ran and how the rate moved over the drain.
+    result = measure(session, drain, ids, deadline)
     (autovacuum,) = database.one(session.harness, "SHOW autovacuum")
     (naptime,) = database.one(session.harness, "SHOW autovacuum_naptime")
     vacuuming = f"autovacuum {autovacuum}" + (f" (naptime {naptime})" if autovacuum == "on" else "")
-    label = f"{drain.label}, {sizes.backlog_finished:,} finished rows, {vacuuming}"
+    among = f"among {finished:,} finished rows" if finished else "on an emptied table"
+    label = f"{drain.label}, {ready:,} jobs {among}, {vacuuming}"
     details = {
         **result.details,
+        "finished_rows": finished,
         "autovacuum": autovacuum,
         "autovacuum_naptime": naptime,
         "autovacuums_during_drain": database.autovacuums(session.harness) - vacuumed_before,
         "jobs_per_second_by_quarter": database.rate_by_quarter(session.harness, ids),
     }
-    session.results.add(dataclasses.replace(result, label=label, details=details))
+    return dataclasses.replace(result, label=label, details=details)
 
 
 #: The run time of each slow job, seconds: evenly spread, 100 ms on average.

@@ -38,6 +38,13 @@ class Sizes:
     rss_jobs: int = 200_000
     #: Finished jobs past retention the reaper purges while a lease expires (``--purge-backlog``).
     purge_backlog_rows: int = 1_000_000
+    #: The large-table drains (``--large-table``): ready jobs drained on an emptied table,
+    #: then among this many finished rows; and the jobs drained before the table's size is
+    #: read.
+    large_ready: int = 200_000
+    large_finished: int = 10_000_000
+    hot_drained: int = 1_000_000
+    large_drain_deadline: float = 600.0
     #: Job table sizes the admin pages are timed at.
     admin_rows: tuple[int, ...] = (1_000_000, 10_000_000)
     drain_deadline: float = 45.0
@@ -61,6 +68,10 @@ QUICK = Sizes(
     backlog_ready=5_000,
     rss_jobs=5_000,
     purge_backlog_rows=50_000,
+    large_ready=2_000,
+    large_finished=20_000,
+    hot_drained=5_000,
+    large_drain_deadline=10.0,
     admin_rows=(20_000,),
     drain_deadline=10.0,
     long_drain_deadline=10.0,

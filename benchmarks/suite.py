@@ -25,6 +25,7 @@ from benchmarks import (
     database,
     drain,
     enqueue,
+    large_table,
     latency,
     lateness,
     limits,
@@ -65,6 +66,7 @@ def plan(
     with_pgqueuer: bool = False,
     with_pooler: bool = False,
     with_purge_backlog: bool = False,
+    with_large_table: bool = False,
     with_tracing: bool = False,
 ) -> list[Step]:
     """The steps of a run, in order.
@@ -73,12 +75,15 @@ def plan(
     each right after ours, ``with_pooler`` the drains directly and through
     PgBouncer right after our drains, ``with_tracing`` the drains and enqueues
     with and without OpenTelemetry tracing right after our drains (the otel
-    extra), and ``with_purge_backlog`` the lease recovery during a large purge
-    at the end.
+    extra), ``with_purge_backlog`` the lease recovery during a large purge
+    and ``with_large_table`` the drains among ten million finished rows and the
+    claimable table's size, at the end.
     """
     steps = list(STEPS)
     if with_purge_backlog:
         steps.append(purge_backlog.run)
+    if with_large_table:
+        steps.append(large_table.run)
     if with_tracing:
         # The otel extra: imported only when asked for (``tracing.missing()`` says whether).
         from benchmarks import tracing

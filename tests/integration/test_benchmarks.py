@@ -287,6 +287,39 @@ def test_purge_backlog_runs_on_demand_only_and_times_the_lease_recovery_and_the_
     assert purge["details"]["wal_bytes"] > 0
 
 
+@pytest.mark.timeout(RUN_TIMEOUT + 20)
+def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows_by_the_empty_one(
+    tmp_path: Path,
+) -> None:
+    """``--large-table`` adds its step at the end: both drains ran every job, the one among
+    finished rows is read against the empty table's, and the table's size counts what the
+    drain left in it."""
+    # Imported here: benchmarks.suite imports the benchmark's tasks.
+    from benchmarks import large_table, suite
+
+    assert large_table.run not in suite.plan()
+    assert suite.plan(with_large_table=True)[-1] is large_table.run
+    output = tmp_path / "results.json"
+    run = quick_run(output, "--large-table", "--only", "large_table.run", purpose="large")
+
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads(output.read_text())["results"]
+    assert set(results) == {"large_table_drain_empty", "large_table_drain", "large_table_size"}
+    empty, among = results["large_table_drain_empty"], results["large_table_drain"]
+    assert empty["details"]["finished_rows"] == 0
+    assert among["details"]["finished_rows"] == QUICK.large_finished
+    for drained in (empty, among):
+        assert drained["details"]["succeeded"] == drained["n"] == QUICK.large_ready, drained
+        assert all(rate > 0 for rate in drained["details"]["jobs_per_second_by_quarter"])
+    assert among["raw"] == "large_table_drain_empty"
+    assert among["ratio_to_raw"] == pytest.approx(among["value"] / empty["value"])
+    size = results["large_table_size"]
+    assert size["details"]["drained"] == size["details"]["finished_rows"] == QUICK.hot_drained
+    assert size["details"]["unfinished_rows"] == 0
+    parts = ("heap_mib", "indexes_mib", "toast_mib")
+    assert size["value"] == pytest.approx(sum(size["details"][part] for part in parts))
+
+
 #: What ``--tracing`` adds: both drains, their ratio, both enqueue rates and the hook's costs.
 TRACING = {
     "tracing_drain_plain",
