@@ -9,14 +9,20 @@ The baseline of issue 31 (finished jobs leave the claimable table), in one run:
   the server's);
 - the size of the table the claim reads (heap, indexes, TOAST) once ``hot_drained``
   jobs were drained into an emptied table: today every finished job stays in it
-  until retention deletes it.
+  until retention deletes it;
+- retention of a day of ``retention_rows`` succeeded jobs past ``SUCCEEDED_RETENTION``
+  as the reaper does it today, batched deletes (``reaper.purge``, here uninterrupted):
+  its time, the WAL the server wrote and the dead rows it left for vacuum.
 """
 
 from __future__ import annotations
 
-from benchmarks import database, drain
+import time
+
+from benchmarks import database, drain, purge_backlog
 from benchmarks.results import Result
 from benchmarks.session import Session
+from django_dbqueue import reaper
 
 #: The drains read against each other: one process of 8 threads, as the backlog drain.
 EMPTY = drain.Drain("large_table_drain_empty", 1, 8, raw="raw_claim_complete_b8")
@@ -48,6 +54,7 @@ def run(session: Session) -> None:
     )
     session.results.add(among)
     session.results.add(size_after_drain(session, sizes.hot_drained, deadline))
+    session.results.add(retention(session, sizes.retention_rows))
 
 
 def size_after_drain(session: Session, count: int, deadline: float) -> Result:
@@ -71,3 +78,29 @@ def size_after_drain(session: Session, count: int, deadline: float) -> Result:
     }
     label = f"the claimable table after {count:,} jobs drained ({database.TABLE}, with indexes)"
     return Result("large_table_size", label, total, "MiB", n=count, details=details)
+
+
+def retention(session: Session, rows: int) -> Result:
+    """Rows a second ``reaper.purge`` deletes of ``rows`` succeeded two days ago, on an
+    emptied table, with the WAL written and the dead rows left."""
+    harness = session.harness
+    database.reset(harness)
+    harness.execute(purge_backlog.SEED_PAST_RETENTION, {"count": rows})
+    database.vacuum(harness)
+    (wal_start,) = database.one(harness, purge_backlog.WAL_NOW)
+    started = time.monotonic()
+    deleted = reaper.purge()
+    seconds = time.monotonic() - started
+    (wal_bytes,) = database.one(harness, purge_backlog.WAL_SINCE, (wal_start,))
+    (dead_rows,) = database.one(harness, purge_backlog.DEAD_ROWS)
+    details = {
+        "deleted": deleted,
+        "seconds": round(seconds, 2),
+        "wal_bytes": wal_bytes,
+        "wal_bytes_per_row": round(wal_bytes / rows, 1),
+        "dead_rows_after": dead_rows,
+    }
+    label = f"retention of {rows:,} succeeded jobs by batched deletes (reaper.purge)"
+    return Result(
+        "large_table_retention", label, deleted / seconds, "rows/s", n=rows, details=details
+    )

@@ -44,6 +44,8 @@ class Sizes:
     large_ready: int = 200_000
     large_finished: int = 10_000_000
     hot_drained: int = 1_000_000
+    #: Succeeded jobs past retention that the large-table step purges.
+    retention_rows: int = 5_000_000
     large_drain_deadline: float = 600.0
     #: Job table sizes the admin pages are timed at.
     admin_rows: tuple[int, ...] = (1_000_000, 10_000_000)
@@ -71,6 +73,7 @@ QUICK = Sizes(
     large_ready=2_000,
     large_finished=20_000,
     hot_drained=5_000,
+    retention_rows=20_000,
     large_drain_deadline=10.0,
     admin_rows=(20_000,),
     drain_deadline=10.0,

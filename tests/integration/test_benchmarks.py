@@ -292,8 +292,8 @@ def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows
     tmp_path: Path,
 ) -> None:
     """``--large-table`` adds its step at the end: both drains ran every job, the one among
-    finished rows is read against the empty table's, and the table's size counts what the
-    drain left in it."""
+    finished rows is read against the empty table's, the table's size counts what the
+    drain left in it, and the purge deleted every row past retention."""
     # Imported here: benchmarks.suite imports the benchmark's tasks.
     from benchmarks import large_table, suite
 
@@ -304,7 +304,12 @@ def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows
 
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads(output.read_text())["results"]
-    assert set(results) == {"large_table_drain_empty", "large_table_drain", "large_table_size"}
+    assert set(results) == {
+        "large_table_drain_empty",
+        "large_table_drain",
+        "large_table_size",
+        "large_table_retention",
+    }
     empty, among = results["large_table_drain_empty"], results["large_table_drain"]
     assert empty["details"]["finished_rows"] == 0
     assert among["details"]["finished_rows"] == QUICK.large_finished
@@ -318,6 +323,10 @@ def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows
     assert size["details"]["unfinished_rows"] == 0
     parts = ("heap_mib", "indexes_mib", "toast_mib")
     assert size["value"] == pytest.approx(sum(size["details"][part] for part in parts))
+    retention = results["large_table_retention"]
+    assert retention["details"]["deleted"] == retention["n"] == QUICK.retention_rows
+    assert retention["value"] > 0
+    assert retention["details"]["wal_bytes"] > 0
 
 
 #: What ``--tracing`` adds: both drains, their ratio, both enqueue rates and the hook's costs.
