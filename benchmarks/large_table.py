@@ -95,10 +95,7 @@ def retention(session: Session, rows: int) -> Result:
     (dead_rows,) = database.one(harness, purge_backlog.DEAD_ROWS)
     details = {
         "deleted": deleted,
-        "seconds": round(seconds, 2),
-        "wal_bytes": wal_bytes,
-        "wal_bytes_per_row": round(wal_bytes / rows, 1),
-        "dead_rows_after": dead_rows,
+        **purge_backlog.purge_figures(rows, seconds, wal_bytes, dead_rows),
     }
     label = f"retention of {rows:,} succeeded jobs by batched deletes (reaper.purge)"
     return Result(
