@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from django_dbqueue import leases, sql
 from django_dbqueue.models import TERMINAL_STATES, Job
+from tests import plans
 from tests.testapp.models import Order
 
 BACKLOG = 100_000
@@ -58,25 +59,6 @@ def statement_plan(name: str, params: dict[str, object], analyze: bool = False) 
     return json.dumps(plan)
 
 
-def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    """``node`` of a JSON plan and every node below it."""
-    return [node, *(below for child in node.get("Plans", []) for below in plan_nodes(child))]
-
-
-def top_node(plan: str) -> dict[str, Any]:
-    top: dict[str, Any] = json.loads(plan)[0]["Plan"]
-    return top
-
-
-def scanned_relations(plan: str | dict[str, Any], table: str = "dbqueue_job") -> set[str]:
-    """Every relation the plan (or the plan node) reads from ``table``, index or table."""
-    return {
-        f"{node['Node Type']}:{node.get('Index Name', node.get('Relation Name'))}"
-        for node in plan_nodes(top_node(plan) if isinstance(plan, str) else plan)
-        if node.get("Relation Name") == table
-    }
-
-
 #: The job table's alias in the candidate scan of each path of the claim.
 CLAIM_PATHS = {"plain": "p", "general": "g"}
 
@@ -84,18 +66,14 @@ CLAIM_PATHS = {"plain": "p", "general": "g"}
 def claim_path_loops(plan: str) -> dict[str, int]:
     """How often each path's candidate scan ran in an analysed claim plan (0: never executed)."""
     return {
-        path: sum(
-            node["Actual Loops"]
-            for node in plan_nodes(top_node(plan))
-            if node.get("Relation Name") == "dbqueue_job" and node.get("Alias") == alias
-        )
+        path: sum(node["Actual Loops"] for node in plans.reads(plan) if node.get("Alias") == alias)
         for path, alias in CLAIM_PATHS.items()
     }
 
 
 def subplan(plan: str, name: str) -> dict[str, Any]:
     """The plan node of ``name`` (e.g. ``CTE shape``)."""
-    (node,) = [node for node in plan_nodes(top_node(plan)) if node.get("Subplan Name") == name]
+    (node,) = [node for node in plans.nodes(plan) if node.get("Subplan Name") == name]
     return node
 
 
@@ -117,7 +95,7 @@ def test_prepared_batches_reach_their_rows_by_primary_key_at_any_table_size(name
             """
         )
         cursor.execute("ANALYZE dbqueue_job")
-    scans = scanned_relations(generic_plan(name))
+    scans = plans.scans(generic_plan(name))
     assert "Index Scan:dbqueue_job_pkey" in scans
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
@@ -128,7 +106,7 @@ def test_prepared_batches_reach_their_rows_by_primary_key_at_any_table_size(name
 def test_claim_reads_ready_jobs_through_the_ready_index(
     big_backlog: None, queues: list[str] | None
 ) -> None:
-    scans = scanned_relations(claim_plan(queues))
+    scans = plans.scans(claim_plan(queues))
     assert any(f"{how}:{index}" in scans for how in INDEX_SCANS for index in READY_INDEXES), scans
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in scans), scans
 
@@ -148,13 +126,13 @@ def test_the_claim_runs_one_path_and_its_plain_path_reads_the_ready_index_in_ord
     assert loops[taken] > 0, loops
     assert all(count == 0 for path, count in loops.items() if path != taken), loops
     plain = subplan(plan, "CTE plain_chosen")
-    scans = scanned_relations(plain)
+    scans = plans.scans(plain)
     assert len(scans) == 1, scans
     assert scans <= {f"Index Scan:{index}" for index in READY_INDEXES}, scans
-    assert not any(node["Node Type"] == "Sort" for node in plan_nodes(plain)), (
+    assert not any(node["Node Type"] == "Sort" for node in plans.nodes(plain)), (
         "the ready index gives the claim order: nothing to sort"
     )
-    probes = scanned_relations(subplan(plan, "CTE shape"))
+    probes = plans.scans(subplan(plan, "CTE shape"))
     assert any(scan.endswith(":dbqueue_job_serial_active") for scan in probes), probes
     assert not any(scan.startswith(("Seq Scan", "Bitmap Heap Scan")) for scan in probes), probes
 
@@ -248,9 +226,9 @@ def test_settling_reaches_edges_and_dependents_by_index_at_any_table_size() -> N
         plan = generic_plan(name, params)
         # An Index Scan, or a Bitmap Heap Scan over a Bitmap Index Scan of the ids: either
         # reads the rows the ids name; a Seq Scan reads the whole table.
-        indexes = {node.get("Index Name") for node in plan_nodes(top_node(plan))}
+        indexes = {node.get("Index Name") for node in plans.nodes(plan)}
         assert index in indexes, (name, indexes)
-        assert not any(scan.startswith("Seq Scan") for scan in scanned_relations(plan, table))
+        assert not any(scan.startswith("Seq Scan") for scan in plans.scans(plan, table))
 
 
 @pytest.mark.postgresql
@@ -279,7 +257,7 @@ def test_the_claim_reads_indexes_only_when_most_ready_jobs_are_limited() -> None
         cursor.execute("VACUUM (FULL, ANALYZE) dbqueue_job")
     params = leases.claim_params(None, "w1", 10)
     for plan in (statement_plan("claim", params), generic_plan("claim", params)):
-        scans = scanned_relations(plan)
+        scans = plans.scans(plan)
         assert ":dbqueue_job_ready_limited" in " ".join(scans), scans
         assert not any(scan.startswith("Seq Scan") for scan in scans), scans
         # A bitmap scan only as a primary-key probe (each candidate's `seen`), never a range.
@@ -289,9 +267,7 @@ def test_the_claim_reads_indexes_only_when_most_ready_jobs_are_limited() -> None
 def bitmap_indexes(plan: str) -> set[str]:
     """The indexes the plan's bitmap scans read."""
     return {
-        node["Index Name"]
-        for node in plan_nodes(top_node(plan))
-        if node["Node Type"] == "Bitmap Index Scan"
+        node["Index Name"] for node in plans.nodes(plan) if node["Node Type"] == "Bitmap Index Scan"
     }
 
 
@@ -304,16 +280,16 @@ def test_next_due_and_the_reapers_lock_read_their_indexes_in_custom_and_generic_
     """The worker's connections keep generic plans (``plan_cache_mode``): these must hold too."""
     for queues in (["mail"], ["default", "mail"], None):
         for scans in (
-            scanned_relations(statement_plan("next_due", {"queues": queues})),
-            scanned_relations(generic_plan("next_due", {"queues": queues})),
+            plans.scans(statement_plan("next_due", {"queues": queues})),
+            plans.scans(generic_plan("next_due", {"queues": queues})),
         ):
             assert scans, f"next_due reads no job rows for {queues}"
             # The ready jobs, and those of a paced limit (its next start: limits.py).
             ready = (":dbqueue_job_ready", ":dbqueue_job_ready_limited")
             assert all(scan.endswith(ready) for scan in scans), (queues, scans)
     for scans in (
-        scanned_relations(statement_plan("lock_expired", {"limit": 100})),
-        scanned_relations(generic_plan("lock_expired", {"limit": 100})),
+        plans.scans(statement_plan("lock_expired", {"limit": 100})),
+        plans.scans(generic_plan("lock_expired", {"limit": 100})),
     ):
         assert scans == {"Index Scan:dbqueue_job_running_lease"}, scans
 
@@ -324,16 +300,16 @@ def orm_plans(queryset: QuerySet[Any]) -> list[str]:
     numbered = iter(range(1, len(params) + 1))
     prepared = re.sub(r"%s", lambda _: f"${next(numbered)}", statement)
     arguments = ", ".join(["%s"] * len(params))
-    plans = []
+    found = []
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {statement}", params)
-        plans.append(json.dumps(cursor.fetchone()[0]))
+        found.append(json.dumps(cursor.fetchone()[0]))
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE generic_orm AS {prepared}".replace("%", "%%"))
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE generic_orm ({arguments})", params)
-        plans.append(json.dumps(cursor.fetchone()[0]))
+        found.append(json.dumps(cursor.fetchone()[0]))
         cursor.execute("DEALLOCATE generic_orm")
-    return plans
+    return found
 
 
 @pytest.mark.postgresql
@@ -353,7 +329,7 @@ def test_the_purge_and_subject_lookups_read_their_partial_indexes_in_custom_and_
     }
     for index, queryset in lookups.items():
         for plan in orm_plans(queryset):
-            assert {scan.split(":")[1] for scan in scanned_relations(plan)} == {index}, plan
+            assert {scan.split(":")[1] for scan in plans.scans(plan)} == {index}, plan
     # What on_delete=PROTECT asks before a content type goes: the subject index leads with it.
     for plan in orm_plans(Job.objects.filter(subject_type=order)[:1]):
-        assert {scan.split(":")[1] for scan in scanned_relations(plan)} == {"dbqueue_job_subject"}
+        assert {scan.split(":")[1] for scan in plans.scans(plan)} == {"dbqueue_job_subject"}

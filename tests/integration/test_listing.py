@@ -8,9 +8,7 @@ sequentially, and none counts the whole table exactly.
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -19,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue import listing, registry
 from django_dbqueue.models import Job
+from tests import plans
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +81,7 @@ def scans(statement: str) -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + statement)
         (plan,) = cursor.fetchone()
-    found: set[str] = set()
-
-    def walk(node: dict[str, Any]) -> None:
-        if node.get("Relation Name") == "dbqueue_job":
-            found.add(f"{node['Node Type']}:{node.get('Index Name', 'dbqueue_job')}")
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
-    return found
+    return plans.scans(plan)
 
 
 #: The list pages an operator opens: default order, each filter, a deep page.

@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from itertools import pairwise
 from typing import Any
@@ -27,6 +26,7 @@ from django_dbqueue.models import Job, JobState
 from django_dbqueue.worker.execute import execute
 from django_dbqueue.worker.outcome import Outcome
 from django_dbqueue.worker.worker import Worker, WorkerOptions
+from tests import plans
 from tests.integration.test_claim_plan import generic_plan
 from tests.jobs import serial_tasks, tasks
 from tests.testapp.models import Gate
@@ -267,29 +267,14 @@ def explain_claim(queues: list[str] | None, options: str) -> dict[str, Any]:
     return found
 
 
-def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from plan_nodes(child)
-
-
 def probes(plan: dict[str, Any]) -> tuple[int, int]:
     """``(probes run, earlier jobs found)`` by the serial-key index in an analyzed plan."""
     found = [
         (node["Actual Loops"], node["Actual Loops"] * node["Actual Rows"])
-        for node in plan_nodes(plan["Plan"])
+        for node in plans.nodes(plan)
         if node.get("Index Name") == "dbqueue_job_serial_active"
     ]
     return sum(loops for loops, _ in found), sum(rows for _, rows in found)
-
-
-def job_scans(plan: dict[str, Any]) -> set[str]:
-    """``"<node type>:<index or table>"`` for every read of the job table."""
-    return {
-        f"{node['Node Type']}:{node.get('Index Name', node['Relation Name'])}"
-        for node in plan_nodes(plan["Plan"])
-        if node.get("Relation Name") == "dbqueue_job"
-    }
 
 
 @pytest.mark.postgresql
@@ -298,7 +283,7 @@ def job_scans(plan: dict[str, Any]) -> set[str]:
 def test_serial_claim_reads_the_ready_index_and_probes_keys_through_the_serial_index(
     serial_backlog: None, queues: list[str] | None
 ) -> None:
-    scans = job_scans(explain_claim(queues, "COSTS"))
+    scans = plans.scans(explain_claim(queues, "COSTS"))
     assert scans & {"Index Scan:dbqueue_job_ready", "Index Only Scan:dbqueue_job_ready"}
     assert scans & {
         "Index Scan:dbqueue_job_serial_active",
@@ -365,8 +350,7 @@ def rows_read(plan: dict[str, Any]) -> int:
     """Rows every read of the job table returned or filtered out, over all its loops."""
     return sum(
         node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
-        for node in plan_nodes(plan["Plan"])
-        if node.get("Relation Name") == "dbqueue_job"
+        for node in plans.reads(plan)
     )
 
 

@@ -8,7 +8,6 @@ table's pages (where PostgreSQL 14+ skips the indexes by default).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_dbqueue import leases, sql
-from tests.integration.test_claim_plan import READY_INDEXES, plan_nodes, top_node
+from tests import plans
+from tests.integration.test_claim_plan import READY_INDEXES
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
 
@@ -105,7 +105,7 @@ def ready_index_pages_a_claim_reads() -> int:
         transaction.set_rollback(True)
     scans: list[dict[str, Any]] = [
         node
-        for node in plan_nodes(top_node(json.dumps(plan)))
+        for node in plans.nodes(plan)
         if node.get("Index Name") in READY_INDEXES and node.get("Actual Loops", 0) > 0
     ]
     assert scans, plan
