@@ -58,7 +58,7 @@ SECONDS = (
     "POLL_INTERVAL",
     "REAPER_INTERVAL",
 )
-SWITCHES = ("PREPARED_STATEMENTS", "WORKER_SYNCHRONOUS_COMMIT", "EAGER")
+SWITCHES = ("PREPARED_STATEMENTS", "WORKER_SYNCHRONOUS_COMMIT", "EAGER", "WHOLE_TABLE_RETENTION")
 CHANNEL_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 #: Keys a task backend's ``OPTIONS`` may hold; each defaults to the ``DBQUEUE`` setting.
 BACKEND_OPTION_KEYS = ("MAX_ATTEMPTS", "LEASE_SECONDS", "RETRY")
@@ -198,6 +198,9 @@ def _check_numbers(merged: dict[str, Any]) -> list[CheckMessage]:
                     id="dbqueue.E005",
                 )
             )
+    messages += _check_whole(
+        merged, "HISTORY_TABLE_DAYS", 1, "a whole number of days, 1 or more", "E023"
+    )
     for key in ("MAX_ARGS_BYTES", "MAX_RESULT_BYTES"):
         messages += _check_whole(
             merged, key, 0, "a whole number of bytes, 0 or more (0: no limit)", "E013"

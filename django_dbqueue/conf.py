@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "REAPER_INTERVAL": 5,
     "SUCCEEDED_RETENTION": timedelta(days=1),
     "DEAD_RETENTION": None,
+    "HISTORY_TABLE_DAYS": 1,
+    "WHOLE_TABLE_RETENTION": False,
     "NOTIFY_CHANNEL": "dbqueue",
     "OLDEST_READY_WARNING": 300,
     "PREPARED_STATEMENTS": True,
@@ -73,6 +75,10 @@ class QueueSettings:
     reaper_interval: float
     succeeded_retention: timedelta | None
     dead_retention: timedelta | None
+    #: The days of finishes one history table of succeeded jobs holds (``history``).
+    history_table_days: int
+    #: Retention of succeeded jobs takes whole history tables, never a job at a time.
+    whole_table_retention: bool
     notify_channel: str
     oldest_ready_warning: float
     #: The worker's protocol threads prepare their statements (PostgreSQL, psycopg 3).

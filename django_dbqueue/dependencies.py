@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_dbqueue import clock, conf, signals, sql
+from django_dbqueue import clock, conf, history, signals, sql
 from django_dbqueue.errors import ErrorInfo, appended, history_entry
 from django_dbqueue.models import UNFINISHED_STATES, Dependency, Job, JobState
 
@@ -117,6 +117,8 @@ def reopen(connection: BaseDatabaseWrapper, requeued: Iterable[int]) -> Settled:
         if not rows:
             break
         holders = {row["job_id"] for row in rows}
+        # A history table holds finished jobs only: the cancelled ones come back to wait.
+        history.restore(connection, holders, [JobState.CANCELLED])
         updates, ids = [], []
         for row in _locked(connection, holders):
             if (
@@ -157,7 +159,12 @@ def results(job_id: int) -> list[Any]:
 
 
 def _locked(connection: BaseDatabaseWrapper, job_ids: Iterable[int]) -> list[sql.Row]:
-    return sql.run(connection, "lock_dependents", {"job_ids": sorted(job_ids)})
+    """``lock_dependents`` of ``job_ids``. A finished dependent (cancelled, say) may be
+    moving to its history table at this instant: ``history.hold`` waits for the move
+    first, so the lock finds it there and its count of pending edges is kept right."""
+    ids = sorted(job_ids)
+    history.hold(connection, ids)
+    return sql.run(connection, "lock_dependents", {"job_ids": ids})
 
 
 def _update(

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_dbqueue import clock, conf, dependencies, jsontext, sql
+from django_dbqueue import clock, conf, dependencies, history, jsontext, sql
 from django_dbqueue.errors import (
     CANCELLED,
     LEASE_EXPIRED,
@@ -661,6 +661,7 @@ def requeue_report(job_ids: Iterable[int], extra_attempts: int, actor: str) -> R
     for attempt in range(1, REQUEUE_TRIES + 1):
         try:
             with sql.write_transaction(connection):
+                history.restore(connection, ids, [JobState.DEAD])
                 rows = sql.run(connection, "requeue", params)
                 requeued = sorted(row["id"] for row in rows)
                 duplicates = _dead_with_dedupe_key(connection, ids)

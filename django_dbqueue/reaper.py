@@ -1,4 +1,5 @@
-"""The reaper: recovers expired leases and deletes finished jobs past retention.
+"""The reaper: recovers expired leases, moves finished jobs to their history tables
+(``history``, PostgreSQL) and deletes finished jobs past retention.
 
 ``runworkers`` calls ``sweep()`` every ``REAPER_INTERVAL``. Both halves work
 in bounded batches, each its own short transaction, so many workers can reap
@@ -17,10 +18,11 @@ import logging
 import time
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
 
 from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 
-from django_dbqueue import conf, leases, limits, pauses, runnable, sql
+from django_dbqueue import conf, history, leases, limits, pauses, runnable, sql
 from django_dbqueue.models import UNFINISHED_STATES, Dependency, Job, JobState, UtcNow
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,9 @@ PURGE_BATCH = 1000
 #: The share of ``REAPER_INTERVAL`` one sweep may spend purging: the rest of a large
 #: backlog waits for the next sweeps, which recover expired leases first.
 PURGE_SHARE = 0.25
+#: The share of ``REAPER_INTERVAL`` one sweep may spend moving finished jobs to their
+#: history tables (``history.sweep``), on the same terms.
+MOVE_SHARE = 0.25
 
 
 def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
@@ -43,12 +48,13 @@ def reap(limit: int = leases.REAP_BATCH) -> leases.ReapResult:
 
 def sweep() -> tuple[int, int]:
     """Delete the pauses that ended and the rate limits' old paces, recover every expired
-    lease (``reap`` batch by batch), then purge for a while.
+    lease (``reap`` batch by batch), move finished jobs to their history tables
+    (``history.sweep``, PostgreSQL) for a while, then purge for a while.
 
-    The purge stops once ``PURGE_SHARE`` of ``REAPER_INTERVAL`` is spent
-    (after one batch at least), so a lease that expires during a large purge
-    is recovered by the next sweep, not after the whole backlog is deleted.
-    Returns ``(recovered, purged)``.
+    The move stops once ``MOVE_SHARE`` of ``REAPER_INTERVAL`` is spent, and
+    the purge once ``PURGE_SHARE`` is (after one batch at least each), so a
+    lease that expires during a large backlog of either is recovered by the
+    next sweep, not after the whole backlog is done. Returns ``(recovered, purged)``.
     """
     pauses.sweep()
     limits.sweep()
@@ -58,8 +64,9 @@ def sweep() -> tuple[int, int]:
         batch = len(result.retried) + len(result.dead)
         recovered += batch
         if batch < leases.REAP_BATCH:
-            budget = PURGE_SHARE * conf.get().reaper_interval
-            return recovered, purge(time_budget=budget)
+            interval = conf.get().reaper_interval
+            history.sweep(leases.queue_connection(), time_budget=MOVE_SHARE * interval)
+            return recovered, purge(time_budget=PURGE_SHARE * interval)
 
 
 def retention_rules() -> list[tuple[tuple[str, ...], timedelta]]:
@@ -82,7 +89,10 @@ def purge(
     leave rows due for a later call; the first batch always runs, so every
     call makes progress. ``None`` deletes everything due.
 
-    ``succeeded`` rows go after ``SUCCEEDED_RETENTION``; ``dead`` and
+    ``succeeded`` rows go after ``SUCCEEDED_RETENTION`` (on PostgreSQL, where a
+    retention of a history table's period or more takes whole periods, first by
+    dropping the history tables it passed whole: ``history.retention_cutoff`` and
+    ``history.drop_expired``); ``dead`` and
     ``cancelled`` after ``DEAD_RETENTION`` (``None``: never); a job that an
     unfinished job depends on is kept, whatever its age, so its result stays
     readable (``needed_by_dependents``). Unfinished jobs are never touched:
@@ -94,11 +104,16 @@ def purge(
     if batch_size < 1:
         raise ValueError(f"batch_size must be 1 or more, not {batch_size}.")
     database = conf.get().database
+    connection = leases.queue_connection()
     deadline = None if time_budget is None else time.monotonic() + time_budget
     deleted = 0
     for states, age in retention_rules():
         # Ages count back from the database clock: a worker's clock cannot purge rows early.
-        cutoff = ExpressionWrapper(UtcNow() - age, output_field=DateTimeField())
+        cutoff: Any = ExpressionWrapper(UtcNow() - age, output_field=DateTimeField())
+        if states == (JobState.SUCCEEDED,) and history.kept_apart(connection):
+            cutoff = history.retention_cutoff(connection, age)
+            if not dry_run:
+                deleted += history.drop_expired(connection, cutoff)
         old = (
             Job.objects.using(database)
             .filter(state__in=states, finished_at__lt=cutoff)
@@ -108,7 +123,7 @@ def purge(
             deleted += old.count()
             continue
         while True:
-            with sql.write_transaction(leases.queue_connection()):
+            with sql.write_transaction(connection):
                 locked = old.order_by("finished_at").select_for_update(skip_locked=True)
                 batch = list(locked.values_list("pk", flat=True)[:batch_size])
                 deleted += delete_where(old.filter(pk__in=batch))
@@ -129,16 +144,17 @@ def delete_finished(job_ids: Iterable[int]) -> list[int]:
     Unfinished jobs are never deleted, whatever was selected, nor a job an
     unfinished job depends on (``needed_by_dependents``): the rows
     are locked first and the delete re-checks their state, so a job requeued
-    meanwhile is not deleted either.
+    meanwhile is not deleted either. A job the reaper is moving to its history
+    table meanwhile is found there (``history.hold``).
     """
+    ids = list(job_ids)
     database = conf.get().database
     finished = (
-        Job.objects.using(database)
-        .finished()
-        .filter(pk__in=list(job_ids))
-        .exclude(needed_by_dependents())
+        Job.objects.using(database).finished().filter(pk__in=ids).exclude(needed_by_dependents())
     )
-    with sql.write_transaction(leases.queue_connection()):
+    connection = leases.queue_connection()
+    with sql.write_transaction(connection):
+        history.hold(connection, ids)
         deleted = sorted(finished.select_for_update().values_list("pk", flat=True))
         delete_where(finished.filter(pk__in=deleted))
         delete_edges(database, deleted)

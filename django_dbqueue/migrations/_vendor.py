@@ -6,12 +6,16 @@ from django_dbqueue.collation import exact_collation
 
 
 def run_on(vendor, statements):
-    """A ``RunPython`` function that runs ``statements`` on ``vendor``, and nothing elsewhere."""
+    """A ``RunPython`` function that runs ``statements`` on ``vendor``, and nothing elsewhere.
+
+    Each is sent as it is, with no parameters, so a ``%`` in it (PL/pgSQL's ``format``)
+    reaches the server unchanged.
+    """
 
     def run(apps, schema_editor):
         if schema_editor.connection.vendor == vendor:
             for statement in statements:
-                schema_editor.execute(statement)
+                schema_editor.execute(statement, params=None)
 
     return run
 

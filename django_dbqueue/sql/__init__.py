@@ -5,27 +5,30 @@ defines the same names, but for six optional ones: ``worker_session`` (the
 set-up of a worker's own connection), ``insert_job`` (a faster single-row
 ``insert_jobs``) and ``insert_job_call`` (the same, faster still on a connection
 that has enqueued a few jobs: ``enqueue.single_insert``), ``listen_session`` and
-``notify_probe`` (the set-up of the
-``LISTEN`` connection and the wake-up probe of a vendor with ``LISTEN``) and
-``reset_session`` (a job connection's fresh session, ``worker.leftovers``);
-two MySQL/MariaDB alone has: ``loose_collations`` (what the system check
-``dbqueue.E019`` reads) and ``transaction_open`` (MariaDB's report of an open
-transaction); and five PostgreSQL alone has: ``error_search_state``,
-``error_search_ready``, ``error_search_recent`` and ``error_search_index`` (the
-admin's search in error text, with ``pg_trgm``) and ``table_health`` (the job
-table's bloat signals: ``table_health``). A block is one statement, or
-(where the vendor lacks ``UPDATE ... RETURNING``) several, run in order in the caller's transaction,
-the last one that returns rows giving the result, by column name; a statement
-may read the rows of the latest one that returned rows as ``%(previous)s`` (a
-JSON array of arrays, columns in order). A statement whose text starts with
-``/* if previous */`` runs only when the latest statement that returned rows
-returned at least one (none yet counts as none): a cheap statement can probe
-for what a costly part of the block needs, and when it finds nothing that part
-costs not even a round trip. A statement skipped returns nothing, so the ones
-after it see the same latest rows: once one finds no rows, every later marked
-statement is skipped too. Python never builds SQL: it asks for a block by name
-and passes a dict of parameters. Structured parameters (lists, dicts) are sent
-as JSON text and datetimes in the form the vendor stores, so the SQL files
+``notify_probe`` (the set-up of the ``LISTEN`` connection and the wake-up probe
+of a vendor with ``LISTEN``) and ``reset_session`` (a job connection's fresh
+session, ``worker.leftovers``); two MySQL/MariaDB alone has:
+``loose_collations`` (what the system check ``dbqueue.E019`` reads) and
+``transaction_open`` (MariaDB's report of an open transaction); and thirteen
+PostgreSQL alone has: ``error_search_state``, ``error_search_ready``,
+``error_search_recent`` and ``error_search_index`` (the admin's search in error
+text, with ``pg_trgm``), ``table_health`` (the job table's bloat signals:
+``table_health``), and ``move_finished``, ``unmoved_finished``,
+``prepare_history``, ``hold_unmoved``, ``restore_finished``,
+``retention_cutoff``, ``expired_history`` and ``drop_history`` (the history
+tables finished jobs move to: ``history``). A block is one statement, or (where
+the vendor lacks ``UPDATE ... RETURNING``) several, run in order in the caller's
+transaction, the last one that returns rows giving the result, by column name; a
+statement may read the rows of the latest one that returned rows as
+``%(previous)s`` (a JSON array of arrays, columns in order). A statement whose
+text starts with ``/* if previous */`` runs only when the latest statement that
+returned rows returned at least one (none yet counts as none): a cheap statement
+can probe for what a costly part of the block needs, and when it finds nothing
+that part costs not even a round trip. A statement skipped returns nothing, so
+the ones after it see the same latest rows: once one finds no rows, every later
+marked statement is skipped too. Python never builds SQL: it asks for a block by
+name and passes a dict of parameters. Structured parameters (lists, dicts) are
+sent as JSON text and datetimes in the form the vendor stores, so the SQL files
 share one calling convention.
 """
 

@@ -5,6 +5,10 @@
 -- primary-key index scan whatever the planner guesses of the batch's size (a prepared
 -- statement's generic plan knows nothing of it), and the ARRAY subquery runs first, so a
 -- batch's row locks are held before any of its rows is checked against the clock.
+-- Finished jobs move out of dbqueue_job into history tables that inherit it (migration
+-- 0023, history.py): a statement on jobs that are not finished reads ONLY dbqueue_job, so
+-- it never plans nor reads the history; one that must find a job in any state reads
+-- dbqueue_job, which includes the history tables.
 
 -- name: worker_session
 -- Set up a connection the worker owns (claims, completions, renewals, reaping): no JIT,
@@ -206,7 +210,7 @@ WITH RECURSIVE shape AS MATERIALIZED (
            CASE WHEN %(queues)s::jsonb IS NULL THEN ready.first IS NOT DISTINCT FROM ready.last
                 ELSE jsonb_array_length(%(queues)s::jsonb) = 1 END
            AND (
-               SELECT serial_key FROM dbqueue_job
+               SELECT serial_key FROM ONLY dbqueue_job
                WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
                ORDER BY serial_key
                LIMIT 1
@@ -214,10 +218,10 @@ WITH RECURSIVE shape AS MATERIALIZED (
            AND NOT ready.limited AS plain,
            ready.limited
     FROM (
-        SELECT (SELECT min(queue) FROM dbqueue_job WHERE state = 'ready') AS first,
-               (SELECT max(queue) FROM dbqueue_job WHERE state = 'ready') AS last,
+        SELECT (SELECT min(queue) FROM ONLY dbqueue_job WHERE state = 'ready') AS first,
+               (SELECT max(queue) FROM ONLY dbqueue_job WHERE state = 'ready') AS last,
                (
-                   SELECT limit_key FROM dbqueue_job
+                   SELECT limit_key FROM ONLY dbqueue_job
                    WHERE state = 'ready' AND limit_key IS NOT NULL
                    ORDER BY limit_key
                    LIMIT 1
@@ -226,7 +230,7 @@ WITH RECURSIVE shape AS MATERIALIZED (
     ) ready
 ),
 plain_chosen AS (
-    SELECT id FROM dbqueue_job p
+    SELECT id FROM ONLY dbqueue_job p
     WHERE (SELECT plain FROM shape)
       AND state = 'ready' AND queue = (SELECT queue FROM shape)
       AND run_at <= statement_timestamp() AND serial_key IS NULL AND limit_key IS NULL
@@ -235,9 +239,9 @@ plain_chosen AS (
     FOR UPDATE SKIP LOCKED
 ),
 ready_queue AS (
-    SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
+    SELECT min(queue) AS queue FROM ONLY dbqueue_job WHERE state = 'ready'
     UNION ALL
-    SELECT (SELECT min(j.queue) FROM dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
+    SELECT (SELECT min(j.queue) FROM ONLY dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
     FROM ready_queue r
     WHERE r.queue IS NOT NULL
 ),
@@ -255,19 +259,19 @@ served AS (
 serial_in_order AS (
     SELECT c.id, s.queue, c.priority, c.run_at,
            c.id = (
-               SELECT e.id FROM dbqueue_job e
+               SELECT e.id FROM ONLY dbqueue_job e
                WHERE e.state IN ('ready', 'running') AND e.serial_key = c.serial_key
                ORDER BY e.serial_key, e.id
                LIMIT 1
            ) AND (
-               SELECT r.serial_key FROM dbqueue_job r
+               SELECT r.serial_key FROM ONLY dbqueue_job r
                WHERE r.state = 'running' AND r.serial_key = c.serial_key
                ORDER BY r.serial_key
                LIMIT 1
            ) IS NULL AS first_of_key
     FROM served s
     CROSS JOIN LATERAL (
-        SELECT id, serial_key, priority, run_at FROM dbqueue_job q
+        SELECT id, serial_key, priority, run_at FROM ONLY dbqueue_job q
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
           AND serial_key IS NOT NULL
         ORDER BY priority DESC, run_at, id
@@ -283,13 +287,13 @@ serial_walk AS MATERIALIZED (
 ),
 serial_key_walk AS (
     SELECT (
-        SELECT min(serial_key) FROM dbqueue_job
+        SELECT min(serial_key) FROM ONLY dbqueue_job
         WHERE state IN ('ready', 'running') AND serial_key IS NOT NULL
     ) AS serial_key
     WHERE (SELECT needed FROM serial_walk)
     UNION ALL
     SELECT (
-        SELECT min(j.serial_key) FROM dbqueue_job j
+        SELECT min(j.serial_key) FROM ONLY dbqueue_job j
         WHERE j.state IN ('ready', 'running') AND j.serial_key > w.serial_key
     )
     FROM serial_key_walk w
@@ -304,7 +308,7 @@ serial_head AS (
         SELECT h.id, h.queue, h.priority, h.run_at
         FROM serial_key_walk w
         CROSS JOIN LATERAL (
-            SELECT id, state, queue, priority, run_at FROM dbqueue_job
+            SELECT id, state, queue, priority, run_at FROM ONLY dbqueue_job
             WHERE state IN ('ready', 'running') AND serial_key = w.serial_key
             ORDER BY serial_key, id
             LIMIT 1
@@ -313,7 +317,7 @@ serial_head AS (
           AND h.state = 'ready' AND h.run_at <= statement_timestamp()
           AND h.queue IN (SELECT queue FROM served)
           AND (
-              SELECT r.serial_key FROM dbqueue_job r
+              SELECT r.serial_key FROM ONLY dbqueue_job r
               WHERE r.state = 'running' AND r.serial_key = w.serial_key
               ORDER BY r.serial_key
               LIMIT 1
@@ -321,7 +325,7 @@ serial_head AS (
     ) head
 ),
 serial_chosen AS (
-    SELECT id, queue, priority, run_at FROM dbqueue_job k
+    SELECT id, queue, priority, run_at FROM ONLY dbqueue_job k
     WHERE id = ANY (ARRAY(SELECT id FROM serial_head WHERE rank <= %(limit)s))
       AND state = 'ready'
     FOR UPDATE SKIP LOCKED
@@ -330,7 +334,7 @@ keyless_chosen AS (
     SELECT c.id, s.queue, c.priority, c.run_at
     FROM served s
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM dbqueue_job g
+        SELECT id, priority, run_at FROM ONLY dbqueue_job g
         WHERE state = 'ready' AND queue = s.queue AND run_at <= statement_timestamp()
           AND serial_key IS NULL AND limit_key IS NULL
         ORDER BY priority DESC, run_at, id
@@ -346,7 +350,7 @@ limited_chosen AS (
         ARRAY(SELECT queue FROM served), %(limit)s::integer, %(serial_window)s::integer
     ) c
     CROSS JOIN LATERAL (
-        SELECT 1 FROM dbqueue_job v
+        SELECT 1 FROM ONLY dbqueue_job v
         WHERE v.id = c.job_id AND v.state = 'ready' AND v.run_at <= statement_timestamp()
         LIMIT 1
     ) seen
@@ -378,7 +382,7 @@ claimed_at AS MATERIALIZED (
 paused AS MATERIALIZED (
     SELECT dbqueue_paused_queues(at) AS queues FROM claimed_at
 )
-UPDATE dbqueue_job j
+UPDATE ONLY dbqueue_job j
 SET state = 'running',
     attempts = j.attempts + 1,
     lease_token = j.lease_token + 1,
@@ -401,12 +405,12 @@ RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attem
 -- transactions are skipped, never awaited; priority and serial keys are not consulted (the
 -- caller names the jobs). Each claimed row gets what a claim gives it.
 WITH chosen AS (
-    SELECT id FROM dbqueue_job
+    SELECT id FROM ONLY dbqueue_job
     WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
       AND state = 'ready'
     FOR UPDATE SKIP LOCKED
 )
-UPDATE dbqueue_job j
+UPDATE ONLY dbqueue_job j
 SET state = 'running',
     attempts = j.attempts + 1,
     lease_token = j.lease_token + 1,
@@ -430,9 +434,9 @@ RETURNING j.id, j.lease_token, j.task, j.args, j.kwargs, j.attempts, j.max_attem
 -- (dbqueue_rate_bucket: its due_at less the burst, the moment dbqueue_limit_room admits
 -- one again); the table holds a row per limit paced in the last hour (the reaper's sweep).
 WITH RECURSIVE ready_queue AS (
-    SELECT min(queue) AS queue FROM dbqueue_job WHERE state = 'ready'
+    SELECT min(queue) AS queue FROM ONLY dbqueue_job WHERE state = 'ready'
     UNION ALL
-    SELECT (SELECT min(j.queue) FROM dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
+    SELECT (SELECT min(j.queue) FROM ONLY dbqueue_job j WHERE j.state = 'ready' AND j.queue > r.queue)
     FROM ready_queue r
     WHERE r.queue IS NOT NULL
 ),
@@ -443,12 +447,12 @@ served AS (
 ),
 level AS (
     SELECT s.queue,
-           (SELECT max(j.priority) FROM dbqueue_job j
+           (SELECT max(j.priority) FROM ONLY dbqueue_job j
             WHERE j.state = 'ready' AND j.queue = s.queue) AS priority
     FROM served s
     UNION ALL
     SELECT l.queue,
-           (SELECT max(j.priority) FROM dbqueue_job j
+           (SELECT max(j.priority) FROM ONLY dbqueue_job j
             WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority < l.priority)
     FROM level l
     WHERE l.priority IS NOT NULL
@@ -458,7 +462,7 @@ FROM (
     SELECT earliest.run_at AS at
     FROM level l
     CROSS JOIN LATERAL (
-        SELECT min(j.run_at) AS run_at FROM dbqueue_job j
+        SELECT min(j.run_at) AS run_at FROM ONLY dbqueue_job j
         WHERE j.state = 'ready' AND j.queue = l.queue AND j.priority = l.priority
           AND j.run_at > clock_timestamp()
     ) earliest
@@ -477,7 +481,7 @@ FROM (
     ) paced
     WHERE paced.at > clock_timestamp()
       AND EXISTS (
-          SELECT 1 FROM dbqueue_job j
+          SELECT 1 FROM ONLY dbqueue_job j
           WHERE j.state = 'ready' AND j.limit_key = paced.limit_key
             AND j.run_at <= clock_timestamp()
             AND (%(queues)s::jsonb IS NULL OR j.queue IN (
@@ -524,11 +528,11 @@ WITH lease AS (
         AS l(job_id bigint, lease_token bigint, worker_id text)
 ),
 locked AS (
-    SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
+    SELECT id FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 renewed AS (
-    UPDATE dbqueue_job j
+    UPDATE ONLY dbqueue_job j
     SET lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
     FROM lease l
     WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = l.job_id
@@ -538,7 +542,7 @@ renewed AS (
 )
 SELECT id, cancel_requested_at, false AS skipped FROM renewed
 UNION ALL
-SELECT j.id, NULL, true FROM dbqueue_job j
+SELECT j.id, NULL, true FROM ONLY dbqueue_job j
 WHERE j.id = ANY (ARRAY(
     SELECT job_id FROM lease WHERE job_id <> ALL (ARRAY(SELECT id FROM locked))
 ));
@@ -555,11 +559,11 @@ WITH report AS (
         AS r(job_id bigint, lease_token bigint, worker_id text, progress text)
 ),
 locked AS (
-    SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM report))
+    SELECT id FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM report))
     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 written AS (
-    UPDATE dbqueue_job j
+    UPDATE ONLY dbqueue_job j
     SET progress = r.progress::jsonb || jsonb_build_object('at',
         to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
     FROM report r
@@ -570,7 +574,7 @@ written AS (
 )
 SELECT id, false AS skipped FROM written
 UNION ALL
-SELECT j.id, true FROM dbqueue_job j
+SELECT j.id, true FROM ONLY dbqueue_job j
 WHERE j.id = ANY (ARRAY(
     SELECT job_id FROM report WHERE job_id <> ALL (ARRAY(SELECT id FROM locked))
 ));
@@ -595,7 +599,7 @@ WITH done AS (
         AS d(job_id bigint, lease_token bigint, worker_id text, result text)
 ),
 locked AS (
-    SELECT id FROM dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
+    SELECT id FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
     ORDER BY id FOR UPDATE SKIP LOCKED
 ),
 awaited AS MATERIALIZED (
@@ -603,7 +607,7 @@ awaited AS MATERIALIZED (
     WHERE NOT %(settles)s
 ),
 completed AS (
-    UPDATE dbqueue_job j
+    UPDATE ONLY dbqueue_job j
     SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
         finished_at = clock_timestamp()
     FROM done d
@@ -615,7 +619,7 @@ completed AS (
 )
 SELECT id, false AS skipped, false AS deferred FROM completed
 UNION ALL
-SELECT j.id, true, false FROM dbqueue_job j
+SELECT j.id, true, false FROM ONLY dbqueue_job j
 WHERE j.id = ANY (ARRAY(
     SELECT job_id FROM done WHERE job_id <> ALL (ARRAY(SELECT id FROM locked))
 ))
@@ -626,8 +630,8 @@ WHERE l.id = ANY (ARRAY(SELECT id FROM awaited)) AND l.id <> ALL (ARRAY(SELECT i
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
 -- kept (it never decreases). Applies only while the lease is the caller's and live.
-WITH locked AS (SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
-UPDATE dbqueue_job j
+WITH locked AS (SELECT id FROM ONLY dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+UPDATE ONLY dbqueue_job j
 SET state = 'ready', attempts = j.attempts - 1, worker_id = NULL, lease_until = NULL,
     run_at = clock_timestamp()
 FROM locked
@@ -647,7 +651,7 @@ SELECT clock_timestamp() AT TIME ZONE 'UTC' AS now;
 -- database_now reads it) to stamp it with. The deadline is checked by record_failures.
 -- A row another transaction holds locked is not awaited: NOWAIT fails the statement at
 -- once (a transient conflict the caller tries again later), so the writer is not held up.
-SELECT errors, clock_timestamp() AT TIME ZONE 'UTC' AS clock FROM dbqueue_job
+SELECT errors, clock_timestamp() AT TIME ZONE 'UTC' AS clock FROM ONLY dbqueue_job
 WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
 FOR UPDATE NOWAIT;
@@ -658,7 +662,7 @@ FOR UPDATE NOWAIT;
 -- database clock (UTC wall-clock time, as database_now reads it), to stamp the expiry with.
 SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend,
        clock_timestamp() AT TIME ZONE 'UTC' AS clock
-FROM dbqueue_job
+FROM ONLY dbqueue_job
 WHERE state = 'running' AND lease_until < statement_timestamp()
 ORDER BY lease_until
 LIMIT %(limit)s
@@ -671,7 +675,7 @@ FOR UPDATE SKIP LOCKED;
 -- spent. With %(expired)s the lease must have run out (the reaper); otherwise it must
 -- still be the caller's and live. Both by the database clock, after the row lock is held.
 -- Returns the ids and the state each one took.
-UPDATE dbqueue_job j
+UPDATE ONLY dbqueue_job j
 SET state = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
                  THEN 'dead' ELSE 'ready' END,
     run_at = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
@@ -705,7 +709,7 @@ RETURNING j.id, j.state;
 -- their queues are notified at commit. Returns the ids requeued, each with whether a
 -- failed dependency edge leads from it (held: its failure cancelled jobs that waited).
 WITH requested AS (
-    SELECT id, task, dedupe_key FROM dbqueue_job
+    SELECT id, task, dedupe_key FROM ONLY dbqueue_job
     WHERE id = ANY (ARRAY(
         SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
     ))
@@ -721,14 +725,14 @@ revived AS (
             WHERE e.task = r.task AND e.dedupe_key = r.dedupe_key AND e.id < r.id
         )
         AND NOT EXISTS (
-            SELECT 1 FROM dbqueue_job a
+            SELECT 1 FROM ONLY dbqueue_job a
             WHERE a.task = r.task AND a.dedupe_key = r.dedupe_key
               AND a.state IN ('waiting', 'ready', 'running')
         )
     )
 ),
 requeued AS (
-    UPDATE dbqueue_job j
+    UPDATE ONLY dbqueue_job j
     SET state = 'ready',
         max_attempts = LEAST(j.max_attempts::bigint + %(extra_attempts)s, 2147483647),
         run_at = clock_timestamp(), finished_at = NULL, cancel_requested_at = NULL
@@ -744,7 +748,7 @@ FROM requeued;
 -- Make the ready jobs in %(job_ids)s that are scheduled in the future due now. Workers of
 -- their queues are notified at commit. Returns the ids changed.
 WITH moved AS (
-    UPDATE dbqueue_job
+    UPDATE ONLY dbqueue_job
     SET run_at = clock_timestamp()
     WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb))
       AND state = 'ready' AND run_at > clock_timestamp()
@@ -759,7 +763,7 @@ SELECT id, pg_notify(%(channel)s, queue) FROM moved;
 -- (NO KEY UPDATE) would not, so the caller's settling sees every edge. Returns the ids
 -- cancelled (the caller settles their dependents).
 WITH locked AS (
-    SELECT id FROM dbqueue_job
+    SELECT id FROM ONLY dbqueue_job
     WHERE id = ANY (ARRAY(
         SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
     ))
@@ -767,7 +771,7 @@ WITH locked AS (
     ORDER BY id
     FOR UPDATE
 )
-UPDATE dbqueue_job j
+UPDATE ONLY dbqueue_job j
 SET state = 'cancelled', finished_at = clock_timestamp()
 FROM locked
 WHERE j.id = locked.id AND j.state IN ('ready', 'waiting')
@@ -777,7 +781,7 @@ RETURNING j.id;
 -- Mark the running jobs in %(job_ids)s for cancellation (the first request's time is
 -- kept); their heartbeat reads the mark from renew. Ready and finished jobs are left
 -- alone. Returns the ids marked.
-UPDATE dbqueue_job
+UPDATE ONLY dbqueue_job
 SET cancel_requested_at = COALESCE(cancel_requested_at, clock_timestamp())
 WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
   AND state = 'running'
@@ -787,8 +791,8 @@ RETURNING id;
 -- End the leased job cancelled, with %(errors)s as its history (the cancellation
 -- appended), because its task stopped on a cancel request. Applies only while the lease
 -- is the caller's and live by the database clock once the row lock is held.
-WITH locked AS (SELECT id FROM dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
-UPDATE dbqueue_job j
+WITH locked AS (SELECT id FROM ONLY dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+UPDATE ONLY dbqueue_job j
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = clock_timestamp(), last_error_code = %(code)s,
     last_error = %(last_error)s, errors = %(errors)s::jsonb
@@ -865,6 +869,95 @@ SELECT t.n_live_tup AS live_rows, t.n_dead_tup AS dead_rows,
 FROM pg_stat_user_tables AS t
 LEFT JOIN LATERAL (SELECT * FROM holders ORDER BY age(xmin) DESC LIMIT 1) AS h ON true
 WHERE t.relid = to_regclass('dbqueue_job');
+
+-- name: move_finished
+-- Move up to %(limit)s finished jobs that retention keeps (succeeded at %(keep_from)s or
+-- later; NULL: all), oldest finish first, and up to %(limit)s dead or cancelled ones
+-- finished before it, out of dbqueue_job into their history tables of %(days)s-day periods
+-- (dbqueue_move_finished, migration 0023), creating a missing one. A row another
+-- transaction holds is skipped, never awaited. Returns how many moved.
+SELECT dbqueue_move_finished(%(limit)s, %(days)s, %(keep_from)s::timestamptz) AS moved;
+
+-- name: prepare_history
+-- Create, where missing, the history tables of the jobs that succeed in the %(days)s-day
+-- period holding %(at)s (NULL: the database clock) and in the period after it, and the
+-- table of dead and cancelled jobs, so the mover rarely creates one. Returns their names.
+SELECT dbqueue_history_table(
+    v.state, COALESCE(%(at)s::timestamptz, clock_timestamp()) + make_interval(days => v.ahead),
+    %(days)s
+)::text AS name
+FROM (VALUES ('succeeded', 0), ('succeeded', CAST(%(days)s AS integer)), ('dead', 0))
+    AS v(state, ahead);
+
+-- name: retention_cutoff
+-- The finish time before which succeeded jobs are deleted, by the database clock, for a
+-- retention of %(age)s seconds: the clock less that; or, with %(whole_tables)s and a
+-- retention of the %(days)s days of a history table or more, the start of the period
+-- holding that instant, so that retention takes whole tables (a job is kept for the
+-- retention at least, and at most one period more).
+WITH since AS (SELECT clock_timestamp() - make_interval(secs => %(age)s) AS instant)
+SELECT CASE WHEN %(whole_tables)s AND %(age)s >= %(days)s * 86400
+            THEN (date '1970-01-01'
+                  + ((instant AT TIME ZONE 'UTC')::date - date '1970-01-01')
+                    / %(days)s * %(days)s)::timestamp AT TIME ZONE 'UTC'
+            ELSE instant
+       END AS cutoff
+FROM since;
+
+-- name: expired_history
+-- The history tables of succeeded jobs whose whole period ended by %(cutoff)s, oldest first.
+SELECT c.oid::regclass::text AS name
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'dbqueue_job'::regclass
+  AND c.relname ~ '^dbqueue_job_succeeded_[0-9]{8}_[0-9]{8}$'
+  AND to_date(right(c.relname, 8), 'YYYYMMDD')::timestamp AT TIME ZONE 'UTC'
+      <= %(cutoff)s::timestamptz
+ORDER BY c.relname;
+
+-- name: drop_history
+-- Drop the history table %(table)s with its jobs' dependency edges (dbqueue_drop_history,
+-- migration 0023). Returns how many jobs it held, or NULL when it was kept: a job of it is
+-- still needed by a dependent, or a lock was not granted within a second.
+SELECT dbqueue_drop_history(CAST(%(table)s AS regclass)) AS dropped;
+
+-- name: unmoved_finished
+-- How many finished jobs in dbqueue_job itself move_finished would move for %(keep_from)s:
+-- the succeeded ones retention keeps and the dead or cancelled ones, read through the
+-- indexes move_finished reads.
+SELECT (SELECT count(*) FROM ONLY dbqueue_job
+        WHERE finished_at >= COALESCE(%(keep_from)s::timestamptz, '-infinity'))
+     + (SELECT count(*) FROM ONLY dbqueue_job
+        WHERE state IN ('dead', 'cancelled') AND finished_at < %(keep_from)s::timestamptz)
+       AS jobs;
+
+-- name: hold_unmoved
+-- Lock the jobs in %(job_ids)s that are still in dbqueue_job itself, in id order, until the
+-- transaction ends: a move of one under way ends first (its row is then gone from here and
+-- a later statement finds it in its history table), and none of them moves meanwhile.
+-- Returns their ids.
+SELECT id FROM ONLY dbqueue_job
+WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
+ORDER BY id
+FOR UPDATE;
+
+-- name: restore_finished
+-- Move the jobs in %(job_ids)s whose state is one of %(states)s back from their history
+-- tables into dbqueue_job, id and every field kept, so that a write may make them
+-- unfinished (a history table holds finished jobs only). Call after hold_unmoved in the same
+-- transaction. Returns their ids.
+WITH back AS (
+    DELETE FROM dbqueue_job j
+    WHERE j.tableoid <> 'dbqueue_job'::regclass
+      AND j.id = ANY (ARRAY(
+          SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)
+      ))
+      AND j.state IN (SELECT value FROM jsonb_array_elements_text(%(states)s::jsonb))
+    RETURNING j.*
+),
+restored AS (
+    INSERT INTO dbqueue_job SELECT * FROM back RETURNING id
+)
+SELECT id FROM restored ORDER BY id;
 
 -- name: lock_dependencies
 -- The jobs in %(job_ids)s that a job being enqueued will depend on, with their states, held

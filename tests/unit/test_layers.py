@@ -23,6 +23,7 @@ PROTOCOL = {
     "dependencies",
     "durations",
     "errors",
+    "history",
     "exceptions",
     "jsontext",
     "leases",

@@ -24,8 +24,16 @@ OPTIONAL = {
 #: MariaDB's report of an open transaction (``worker.leftovers``).
 MYSQL_ONLY = {"loose_collations", "transaction_open"}
 #: The blocks only PostgreSQL defines: the pg_trgm index of the admin's search in error text,
-#: and the job table's bloat signals (``table_health``).
+#: the job table's bloat signals (``table_health``), and its history tables (``history``).
 POSTGRESQL_ONLY = {
+    "move_finished",
+    "unmoved_finished",
+    "retention_cutoff",
+    "expired_history",
+    "drop_history",
+    "prepare_history",
+    "hold_unmoved",
+    "restore_finished",
     "error_search_state",
     "error_search_ready",
     "error_search_recent",
