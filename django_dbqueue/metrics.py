@@ -137,6 +137,17 @@ HORIZON_GAUGES = {
         "Seconds the transaction holding back vacuum has been open; 0 when none or not visible.",
     ),
 }
+#: ``HistoryTables`` field -> (gauge name, help), unlabelled (PostgreSQL only).
+HISTORY_GAUGES = {
+    "tables": (
+        "dbqueue_history_tables",
+        "History tables finished jobs moved to (succeeded ones by period, dead and cancelled).",
+    ),
+    "bytes": (
+        "dbqueue_history_bytes",
+        "Size on disk of the history tables, indexes and TOAST included.",
+    ),
+}
 #: ``WorkerCounters`` counter -> (counter name, help), labelled ``worker_id``.
 WORKER_COUNTERS = {
     "claimed": ("dbqueue_worker_jobs_claimed_total", "Jobs this worker claimed."),
@@ -264,6 +275,9 @@ class QueueCollector:
         if readings.table is not None:
             yield from gauges(TABLE_GAUGES, "table", [(readings.table.table, readings.table)])
             yield from horizon_gauges(readings.table)
+            for field, (name, help_text) in HISTORY_GAUGES.items():
+                value = getattr(readings.table.history, field)
+                yield GaugeMetricFamily(name, help_text, value=value)
 
     def _read(self) -> Readings | None:
         if not self.own_connection:

@@ -17,6 +17,7 @@ log rather than the table, and SQLite rewrites pages in place, so there they are
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from datetime import date
 from typing import Any
 
 from django.db import connections
@@ -50,6 +51,22 @@ class VacuumHorizon:
 
 
 @dataclass(frozen=True)
+class HistoryTables:
+    """The history tables finished jobs moved to (``history``), from the catalogs.
+
+    ``tables``: how many. ``bytes``: their size on disk, indexes and TOAST
+    included. ``oldest_day``: the first day of the oldest table of succeeded
+    jobs, ``None`` when there is none. Retention drops a table once its whole
+    period is past ``SUCCEEDED_RETENTION``: an ``oldest_day`` further back than
+    that and a period says a drop is held back.
+    """
+
+    tables: int
+    bytes: int
+    oldest_day: date | None
+
+
+@dataclass(frozen=True)
 class TableHealth:
     """The job table as vacuum sees it, from the server's statistics (estimates).
 
@@ -58,7 +75,8 @@ class TableHealth:
     transaction, within a second or so). ``last_vacuum_age_seconds``: since
     the later of the last manual and automatic vacuum (``None``: never since
     the statistics were reset). ``horizon``: the oldest snapshot holding back
-    vacuum on this database, ``None`` when nothing does.
+    vacuum on this database, ``None`` when nothing does. ``history``: the tables
+    finished jobs moved out to; the counts above are of ``dbqueue_job`` alone.
     """
 
     table: str
@@ -66,6 +84,7 @@ class TableHealth:
     dead_rows: int
     last_vacuum_age_seconds: float | None
     horizon: VacuumHorizon | None
+    history: HistoryTables
 
     @property
     def dead_share(self) -> float:
@@ -74,8 +93,12 @@ class TableHealth:
         return self.dead_rows / total if total else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field by name, ready for JSON: ``horizon`` as an object or ``null``."""
-        return asdict(self)
+        """Every field by name, ready for JSON: ``horizon`` as an object or ``null``,
+        ``history`` as an object whose ``oldest_day`` is ISO 8601 or ``null``."""
+        fields = asdict(self)
+        oldest = self.history.oldest_day
+        fields["history"]["oldest_day"] = None if oldest is None else oldest.isoformat()
+        return fields
 
 
 def table_health() -> TableHealth | None:
@@ -108,4 +131,9 @@ def table_health() -> TableHealth | None:
         dead_rows=row["dead_rows"],
         last_vacuum_age_seconds=row["last_vacuum_age"],
         horizon=horizon,
+        history=HistoryTables(
+            tables=row["history_tables"],
+            bytes=row["history_bytes"],
+            oldest_day=row["history_oldest"],
+        ),
     )

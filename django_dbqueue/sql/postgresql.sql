@@ -845,7 +845,9 @@ USING gin (UPPER(last_error) gin_trgm_ops) WHERE last_error <> '';
 -- rows younger than it: a session of this database (or a standby's feedback through a
 -- WAL sender), a replication slot, or a prepared transaction; this session's own snapshot
 -- and autovacuum's (which other vacuums ignore) are left out. A session's state and transaction start read NULL for another role's session
--- unless this role has pg_read_all_stats; its xmin's age reads for everyone.
+-- unless this role has pg_read_all_stats; its xmin's age reads for everyone. With them, the
+-- history tables finished jobs moved to (migration 0023), from the catalogs: how many, their
+-- size on disk with indexes and TOAST, and the first day of the oldest one of succeeded jobs.
 WITH holders AS (
     SELECT 'session' AS kind, pid, application_name AS holder, state, backend_xmin AS xmin,
            xact_start AS since
@@ -865,9 +867,17 @@ SELECT t.n_live_tup AS live_rows, t.n_dead_tup AS dead_rows,
            AS last_vacuum_age,
        h.kind AS horizon_kind, h.pid AS horizon_pid, h.holder AS horizon_holder,
        h.state AS horizon_state, age(h.xmin) AS horizon_transactions,
-       EXTRACT(EPOCH FROM clock_timestamp() - h.since)::float8 AS horizon_seconds
+       EXTRACT(EPOCH FROM clock_timestamp() - h.since)::float8 AS horizon_seconds,
+       s.tables AS history_tables, s.bytes AS history_bytes, s.oldest AS history_oldest
 FROM pg_stat_user_tables AS t
 LEFT JOIN LATERAL (SELECT * FROM holders ORDER BY age(xmin) DESC LIMIT 1) AS h ON true
+CROSS JOIN LATERAL (
+    SELECT count(*) AS tables, COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint AS bytes,
+           min(to_date(substr(c.relname, 23, 8), 'YYYYMMDD'))
+               FILTER (WHERE c.relname ~ '^dbqueue_job_succeeded_[0-9]{8}_[0-9]{8}$') AS oldest
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = t.relid
+) AS s
 WHERE t.relid = to_regclass('dbqueue_job');
 
 -- name: move_finished

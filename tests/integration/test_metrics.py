@@ -61,13 +61,16 @@ WORKER_HISTOGRAMS = [
 #: Labelled worker_id and task.
 TASK_HISTOGRAMS = ["dbqueue_job_queue_wait_seconds", "dbqueue_job_run_duration_seconds"]
 WORKER_GAUGES = ["dbqueue_worker_thread_alive", "dbqueue_worker_hung_slots"]
-#: The job table's gauges, documented names, served where the table is measured (PostgreSQL).
+#: The job table's and its history tables' gauges, documented names, served where the table
+#: is measured (PostgreSQL).
 TABLE_GAUGES = [
     "dbqueue_table_live_rows",
     "dbqueue_table_dead_rows",
     "dbqueue_table_last_vacuum_age_seconds",
     "dbqueue_vacuum_horizon_age_transactions",
     "dbqueue_vacuum_horizon_age_seconds",
+    "dbqueue_history_tables",
+    "dbqueue_history_bytes",
 ]
 
 

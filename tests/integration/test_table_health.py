@@ -13,10 +13,17 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
+from pytest_django import Settings
 
 from django_dbqueue.models import Job
 from django_dbqueue.table_health import TableHealth, table_health
 from tests.factories import JobFactory
+from tests.integration.test_history import (
+    history_tables,
+    moved_while_young,
+    start_of_day,
+    succeeded_at,
+)
 from tests.raw_session import raw_session
 from tests.waiting import wait_until
 
@@ -85,17 +92,25 @@ def test_dbqueue_stats_shows_the_table_and_its_horizon(
     idle_in_transaction: psycopg.Connection[Any],
 ) -> None:
     shown = stats().splitlines()
-    header, row, held = shown[-3:]
+    header, row, held, history = shown[-4:]
     assert header.split() == ["table", "live", "rows", "dead", "rows", "dead", "last", "vacuum"]
     assert row.split()[0] == "dbqueue_job"
     pid = idle_in_transaction.info.backend_pid
     assert held.startswith(
         f"vacuum held back by session pid {pid} ({APPLICATION}, idle in transaction), "
     )
+    assert history.startswith("history: ")
     table = json.loads(stats("--json"))["table"]
     assert table["table"] == "dbqueue_job"
     assert table["horizon"]["pid"] == pid
-    assert set(table) == {"table", "live_rows", "dead_rows", "last_vacuum_age_seconds", "horizon"}
+    assert set(table) == {
+        "table",
+        "live_rows",
+        "dead_rows",
+        "last_vacuum_age_seconds",
+        "horizon",
+        "history",
+    }
 
 
 @pytest.mark.postgresql
@@ -126,3 +141,41 @@ def test_other_databases_measure_nothing() -> None:
     assert table_health() is None
     assert json.loads(stats("--json"))["table"] is None
     assert "vacuum" not in stats()
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.metrics_urls")
+@pytest.mark.usefixtures("fresh_view_cache")
+def test_the_history_tables_are_counted_sized_and_dated_in_stats_and_gauges(
+    client: Client, settings: Settings
+) -> None:
+    succeeded_at(start_of_day(3))
+    assert moved_while_young(settings) == 1
+    tables = history_tables()
+    oldest = min(name for name in tables if name.startswith("dbqueue_job_succeeded_"))
+
+    health = table_health()
+
+    assert health is not None
+    assert health.history.tables == len(tables)
+    assert health.history.bytes > 0
+    assert health.history.oldest_day is not None
+    assert f"{health.history.oldest_day:%Y%m%d}" == oldest[len("dbqueue_job_succeeded_") :][:8]
+    out = StringIO()
+    call_command("dbqueue_stats", stdout=out)
+    assert f"history: {len(tables)} tables" in out.getvalue()
+    out = StringIO()
+    call_command("dbqueue_stats", "--json", stdout=out)
+    assert json.loads(out.getvalue())["table"]["history"] == {
+        "tables": len(tables),
+        "bytes": health.history.bytes,
+        "oldest_day": health.history.oldest_day.isoformat(),
+    }
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(client.get("/metrics").content.decode())
+        for sample in family.samples
+    }
+    assert samples["dbqueue_history_tables"] == len(tables)
+    assert samples["dbqueue_history_bytes"] > 0
