@@ -15,6 +15,7 @@ import functools
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks import database, raw, workers
@@ -170,10 +171,15 @@ def run_backlog(session: Session) -> None:
 
 
 def among_finished(
-    session: Session, drain: Drain, finished: int, ready: int, deadline: float
+    session: Session,
+    drain: Drain,
+    finished: int,
+    ready: int,
+    deadline: float,
+    after_seeding: Callable[[], None] | None = None,
 ) -> Result:
     """``drain`` of ``ready`` jobs seeded after ``finished`` succeeded ones, on an emptied
-    table, stopped past ``deadline`` seconds.
+    table, stopped past ``deadline`` seconds; ``after_seeding`` runs once both are seeded.
 
     Every drained job leaves a dead entry in the ready index until a vacuum removes
     it, so whether the server's autovacuum runs shapes the figure (migration 0008):
@@ -184,6 +190,8 @@ def among_finished(
     if finished:
         database.seed(session.harness, finished, succeeded=True)
     ids = database.seed(session.harness, ready)
+    if after_seeding is not None:
+        after_seeding()
     database.vacuum(session.harness)
     vacuumed_before = database.autovacuums(session.harness)
     result = measure(session, drain, ids, deadline)

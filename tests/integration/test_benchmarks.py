@@ -291,9 +291,10 @@ def test_purge_backlog_runs_on_demand_only_and_times_the_lease_recovery_and_the_
 def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows_by_the_empty_one(
     tmp_path: Path,
 ) -> None:
-    """``--large-table`` adds its step at the end: both drains ran every job, the one among
-    finished rows is read against the empty table's, the table's size counts what the
-    drain left in it, and the purge deleted every row past retention."""
+    """``--large-table`` adds its step at the end: the upgrade moved every finished job to
+    history with no ACCESS EXCLUSIVE lock on dbqueue_job, both drains ran every job, the one
+    among finished rows is read against the empty table's, the table's size counts what the
+    drain left, and retention deleted every row past it both ways."""
     # Imported here: benchmarks.suite imports the benchmark's tasks.
     from benchmarks import large_table, suite
 
@@ -305,11 +306,19 @@ def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads(output.read_text())["results"]
     assert set(results) == {
+        "large_table_upgrade",
         "large_table_drain_empty",
         "large_table_drain",
         "large_table_size",
         "large_table_retention",
+        "large_table_retention_drop",
     }
+    upgrade = results["large_table_upgrade"]["details"]
+    assert upgrade["finished_left_in_dbqueue_job"] == 0
+    assert upgrade["in_history"] == QUICK.large_finished
+    assert upgrade["rows"] == QUICK.large_finished + QUICK.large_ready
+    assert upgrade["longest_access_exclusive_on_dbqueue_job_s"] == 0
+    assert upgrade["progress"][-1].startswith(f"done: moved {QUICK.large_finished} of ")
     empty, among = results["large_table_drain_empty"], results["large_table_drain"]
     assert empty["details"]["finished_rows"] == 0
     assert among["details"]["finished_rows"] == QUICK.large_finished
@@ -323,10 +332,12 @@ def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows
     assert size["details"]["unfinished_rows"] == 0
     parts = ("table_mib", "indexes_mib")
     assert size["value"] == pytest.approx(sum(size["details"][part] for part in parts))
-    retention = results["large_table_retention"]
-    assert retention["details"]["deleted"] == retention["n"] == QUICK.retention_rows
-    assert retention["value"] > 0
-    assert retention["details"]["wal_bytes"] > 0
+    for key in ("large_table_retention", "large_table_retention_drop"):
+        retention = results[key]
+        assert retention["details"]["deleted"] == retention["n"] == QUICK.retention_rows
+        assert retention["value"] > 0
+        assert retention["details"]["wal_bytes"] > 0
+    assert results["large_table_retention_drop"]["details"]["move_seconds"] > 0
 
 
 #: What ``--tracing`` adds: both drains, their ratio, both enqueue rates and the hook's costs.
