@@ -108,9 +108,9 @@ def move(
 ) -> int:
     """Move finished jobs into their history tables, in one transaction; return how many.
 
-    Up to ``limit`` succeeded jobs that retention keeps (finished at ``keep_from``
-    or later; ``None``: all), oldest finish first, and up to ``limit`` dead or
-    cancelled ones finished before it. A succeeded job already past retention
+    Up to ``limit`` finished jobs that retention keeps (finished at ``keep_from``
+    or later; ``None``: all), oldest finish first, and up to ``limit`` dead and
+    ``limit`` cancelled ones finished before it. A succeeded job already past retention
     stays for the purge: moving it would only copy it before its deletion. Rows
     other transactions hold are skipped (a later batch moves them), never awaited.
     """

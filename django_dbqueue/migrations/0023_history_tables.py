@@ -18,12 +18,12 @@
 #
 # dbqueue_move_finished(batch, days, keep_from) moves up to batch finished jobs of dbqueue_job
 # that retention keeps (succeeded at keep_from or later, NULL: all), oldest finish first, and
-# up to batch dead or cancelled ones finished before keep_from (their retention is their
-# own), each locked FOR UPDATE SKIP LOCKED (a row another transaction holds stays for a later
+# up to batch dead and batch cancelled ones finished before keep_from (their retention is
+# their own), each locked FOR UPDATE SKIP LOCKED (a row another transaction holds stays for a later
 # batch), deleted from dbqueue_job and inserted into its history table in one statement per
 # table. A succeeded job already past retention stays, for the purge to delete: moving it
-# would only copy it before its deletion. Each part reads its own index, so a backlog of
-# such jobs is never read through. Returns how many moved.
+# would only copy it before its deletion. Each part reads its own index (the finished jobs',
+# or the partial one of its state), so a backlog of such jobs is never read through. Returns how many moved.
 #
 # dbqueue_drop_history(history table) drops a table of succeeded jobs that retention has
 # passed whole, with the dependency edges of its jobs, and returns how many jobs it held; or
@@ -108,11 +108,17 @@ POSTGRESQL_FORWARD = [
                 UNION ALL
                 SELECT * FROM (
                     SELECT id, state, finished_at FROM ONLY dbqueue_job
-                    WHERE state IN ('dead', 'cancelled') AND finished_at < keep_from
-                    ORDER BY id
+                    WHERE state = 'dead' AND finished_at < keep_from
                     LIMIT batch
                     FOR UPDATE SKIP LOCKED
-                ) AS ended
+                ) AS dead
+                UNION ALL
+                SELECT * FROM (
+                    SELECT id, state, finished_at FROM ONLY dbqueue_job
+                    WHERE state = 'cancelled' AND finished_at < keep_from
+                    LIMIT batch
+                    FOR UPDATE SKIP LOCKED
+                ) AS cancelled
             ) AS f
             GROUP BY f.state = 'succeeded',
                      CASE WHEN f.state = 'succeeded' THEN

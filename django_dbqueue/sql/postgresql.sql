@@ -882,8 +882,8 @@ WHERE t.relid = to_regclass('dbqueue_job');
 
 -- name: move_finished
 -- Move up to %(limit)s finished jobs that retention keeps (succeeded at %(keep_from)s or
--- later; NULL: all), oldest finish first, and up to %(limit)s dead or cancelled ones
--- finished before it, out of dbqueue_job into their history tables of %(days)s-day periods
+-- later; NULL: all), oldest finish first, and up to %(limit)s dead and %(limit)s cancelled
+-- ones finished before it, out of dbqueue_job into their history tables of %(days)s-day periods
 -- (dbqueue_move_finished, migration 0023), creating a missing one. A row another
 -- transaction holds is skipped, never awaited. Returns how many moved.
 SELECT dbqueue_move_finished(%(limit)s, %(days)s, %(keep_from)s::timestamptz) AS moved;
@@ -937,7 +937,9 @@ SELECT dbqueue_drop_history(CAST(%(table)s AS regclass)) AS dropped;
 SELECT (SELECT count(*) FROM ONLY dbqueue_job
         WHERE finished_at >= COALESCE(%(keep_from)s::timestamptz, '-infinity'))
      + (SELECT count(*) FROM ONLY dbqueue_job
-        WHERE state IN ('dead', 'cancelled') AND finished_at < %(keep_from)s::timestamptz)
+        WHERE state = 'dead' AND finished_at < %(keep_from)s::timestamptz)
+     + (SELECT count(*) FROM ONLY dbqueue_job
+        WHERE state = 'cancelled' AND finished_at < %(keep_from)s::timestamptz)
        AS jobs;
 
 -- name: hold_unmoved
