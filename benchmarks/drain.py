@@ -179,7 +179,8 @@ def among_finished(
     after_seeding: Callable[[], None] | None = None,
 ) -> Result:
     """``drain`` of ``ready`` jobs seeded after ``finished`` succeeded ones, on an emptied
-    table, stopped past ``deadline`` seconds; ``after_seeding`` runs once both are seeded.
+    table, stopped past ``deadline`` seconds; ``after_seeding`` runs once both are seeded
+    and the table vacuumed and analyzed.
 
     Every drained job leaves a dead entry in the ready index until a vacuum removes
     it, so whether the server's autovacuum runs shapes the figure (migration 0008):
@@ -190,9 +191,9 @@ def among_finished(
     if finished:
         database.seed(session.harness, finished, succeeded=True)
     ids = database.seed(session.harness, ready)
+    database.vacuum(session.harness)
     if after_seeding is not None:
         after_seeding()
-    database.vacuum(session.harness)
     vacuumed_before = database.autovacuums(session.harness)
     result = measure(session, drain, ids, deadline)
     (autovacuum,) = database.one(session.harness, "SHOW autovacuum")

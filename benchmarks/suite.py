@@ -76,8 +76,9 @@ def plan(
     PgBouncer right after our drains, ``with_tracing`` the drains and enqueues
     with and without OpenTelemetry tracing right after our drains (the otel
     extra), ``with_purge_backlog`` the lease recovery during a large purge
-    and ``with_large_table`` the drains among ten million finished rows, the
-    claimable table's size and the purge of five million rows, at the end.
+    and ``with_large_table`` the upgrade of a table of ten million finished jobs, the
+    drains among them, the claimable table's size and the retention of five million
+    rows by batched deletes and by a drop, at the end.
     """
     steps = list(STEPS)
     if with_purge_backlog:

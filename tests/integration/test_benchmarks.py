@@ -82,7 +82,8 @@ BENCHMARKS = {
     "rss_before",
     "rss_after",
     *(
-        f"admin_{page}_20k"
+        f"admin_{page}_20k{layout}"
+        for layout in ("", "_history")
         for page in (
             "list",
             "dead_filtered",
