@@ -14,7 +14,9 @@
 # that state at that time belongs to, creating it when it is missing (an advisory lock makes
 # two creators wait for each other; creating takes SHARE UPDATE EXCLUSIVE on dbqueue_job,
 # which no read or write of a job waits for). Its indexes are dbqueue_job's (LIKE ... INCLUDING
-# INDEXES), so the admin's pages plan alike in every table.
+# INDEXES), so the admin's pages plan alike in every table, but for the partial ones of jobs
+# not finished (the claim's, the leases', the active dedupe key's), which no row of a
+# history table can enter: each would only cost every read of dbqueue_job time to plan.
 #
 # dbqueue_move_finished(batch, days, keep_from) moves up to batch finished jobs of dbqueue_job
 # that retention keeps (succeeded at keep_from or later, NULL: all), oldest finish first, and
@@ -55,6 +57,7 @@ POSTGRESQL_FORWARD = [
         holds text;
         schema text := (SELECT relnamespace::regnamespace::text FROM pg_class
                         WHERE oid = 'dbqueue_job'::regclass);
+        unfinished record;
     BEGIN
         IF state = 'succeeded' THEN
             start := date '1970-01-01'
@@ -78,6 +81,15 @@ POSTGRESQL_FORWARD = [
                     'CREATE TABLE %I.%I (LIKE dbqueue_job INCLUDING INDEXES, CHECK (%s)) '
                     'INHERITS (dbqueue_job)', schema, name, holds
                 );
+                FOR unfinished IN
+                    SELECT i.indexrelid::regclass AS name FROM pg_index i
+                    WHERE i.indrelid = to_regclass(format('%I.%I', schema, name))
+                      AND pg_get_expr(i.indpred, i.indrelid) ~ '''(waiting|ready|running)'''
+                      AND pg_get_expr(i.indpred, i.indrelid)
+                          !~ '''(succeeded|dead|cancelled)'''
+                LOOP
+                    EXECUTE format('DROP INDEX %s', unfinished.name);
+                END LOOP;
             END IF;
         END IF;
         RETURN to_regclass(format('%I.%I', schema, name));

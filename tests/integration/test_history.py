@@ -18,6 +18,7 @@ from pytest_django import Settings
 from django_dbqueue import dependencies, history, leases, reaper
 from django_dbqueue.dependencies import DEPENDENCY_FAILED
 from django_dbqueue.errors import ErrorInfo
+from django_dbqueue.models import UNFINISHED_STATES as UNFINISHED
 from django_dbqueue.models import Job, JobState
 from tests.jobs import tasks
 from tests.raw_session import raw_session
@@ -68,6 +69,21 @@ def test_each_finished_job_moves_to_its_history_table_and_is_still_found_by_id()
     assert Job.objects.get(pk=dead.id).last_error_code == "BOOM"
     assert Job.objects.filter(state=JobState.CANCELLED).get().pk == cancelled.id
     assert moved() == 0
+
+
+@pytest.mark.postgresql
+def test_a_history_table_has_the_indexes_of_dbqueue_job_but_those_of_unfinished_jobs() -> None:
+    history.prepare(connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index "
+            "WHERE indrelid = 'dbqueue_job_ended'::regclass"
+        )
+        indexes = [definition for (definition,) in cursor.fetchall()]
+
+    assert not [index for index in indexes if any(f"'{s}'" in index for s in UNFINISHED)]
+    for kept in ("(id)", "(queue, id)", "(task, id)", "(finished_at)", "'dead'", "'cancelled'"):
+        assert any(kept in index for index in indexes), (kept, indexes)
 
 
 @pytest.mark.postgresql
