@@ -160,11 +160,9 @@ def results(job_id: int) -> list[Any]:
 
 def _locked(connection: BaseDatabaseWrapper, job_ids: Iterable[int]) -> list[sql.Row]:
     """``lock_dependents`` of ``job_ids``. A finished dependent (cancelled, say) may be
-    moving to its history table at this instant: ``history.hold`` waits for the move
-    first, so the lock finds it there and its count of pending edges is kept right."""
-    ids = sorted(job_ids)
-    history.hold(connection, ids)
-    return sql.run(connection, "lock_dependents", {"job_ids": ids})
+    moving to its history table at this instant: ``history.locked_wherever`` finds it
+    there, so its count of pending edges is kept right."""
+    return history.locked_wherever(connection, "lock_dependents", job_ids)
 
 
 def _update(

@@ -6,7 +6,7 @@ import functools
 import math
 import operator
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -346,12 +346,6 @@ def single_insert(connection: BaseDatabaseWrapper) -> str:
     return "insert_job"
 
 
-def _locked_dependencies(connection: BaseDatabaseWrapper, job_ids: Iterable[int]) -> dict[int, str]:
-    """``lock_dependencies`` of ``job_ids``: the state of each that exists, by id."""
-    rows = sql.run(connection, "lock_dependencies", {"job_ids": sorted(job_ids)})
-    return {row["id"]: row["state"] for row in rows}
-
-
 def insert_waiting(
     connection: BaseDatabaseWrapper, spec: JobSpec, calls: list[Call], rows: str, shape: Shape
 ) -> list[Job]:
@@ -364,15 +358,14 @@ def insert_waiting(
     once (``dependencies.settle``), as if it had just ended. Raises
     ``InvalidJob`` when a dependency does not exist (never, or purged).
 
-    A dependency that the reaper moved into its history table while the read
-    waited for its lock reads as missing: the ids missing are read once more,
-    by a statement that starts after the move committed and finds them there.
+    A dependency the reaper is moving to its history table at that instant is
+    found there (``history.locked_wherever``).
     """
-    found = _locked_dependencies(connection, spec.after)
+    found = {
+        row["id"]: row["state"]
+        for row in history.locked_wherever(connection, "lock_dependencies", spec.after)
+    }
     missing = [job_id for job_id in spec.after if job_id not in found]
-    if missing and history.kept_apart(connection):
-        found.update(_locked_dependencies(connection, missing))
-        missing = [job_id for job_id in spec.after if job_id not in found]
     if missing:
         raise InvalidJob(
             f"after: no job with id {', '.join(map(str, missing))} (never enqueued, "
