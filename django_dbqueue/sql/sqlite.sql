@@ -191,7 +191,7 @@ RETURNING id, lease_token, task, args, kwargs, attempts, max_attempts, lease_unt
 -- too: its jobs are claimable from that moment. So is the next start of a rate-limited
 -- limit with due ready jobs in a served queue: its bucket's due_at less (burst - 1) / rate,
 -- the moment the claim admits one again, when that is still ahead.
-SELECT (julianday(min(due.at)) - julianday(%(now)s)) * 86400.0 AS seconds
+SELECT dbqueue_seconds_between(min(due.at), %(now)s) AS seconds
 FROM (
     SELECT min(run_at) AS at FROM dbqueue_job
     WHERE state = 'ready' AND run_at > %(now)s

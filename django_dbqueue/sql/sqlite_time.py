@@ -2,9 +2,12 @@
 
 SQLite's date functions keep milliseconds and round to them, so
 ``strftime(..., now, '+30 seconds')`` can land up to half a millisecond after
-the instant asked for (and a job due now would not be due yet). PostgreSQL and
-MySQL keep microseconds; so does the queue on SQLite: every SQLite connection
-gets ``dbqueue_plus_seconds(timestamp, seconds)``, which adds exactly.
+the instant asked for (and a job due now would not be due yet), and a
+difference of two ``julianday()`` values is off by up to about 40 µs (a day
+number near 2.46 million leaves a double that little room for the fraction).
+PostgreSQL and MySQL keep microseconds; so does the queue on SQLite: every
+SQLite connection gets ``dbqueue_plus_seconds(timestamp, seconds)``, which adds
+exactly, and ``dbqueue_seconds_between(later, earlier)``, which subtracts exactly.
 """
 
 from __future__ import annotations
@@ -13,9 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
-
-#: The name the statements of ``sqlite.sql`` call.
-FUNCTION = "dbqueue_plus_seconds"
 
 
 def plus_seconds(timestamp: str | None, seconds: float | None) -> str | None:
@@ -29,7 +29,23 @@ def plus_seconds(timestamp: str | None, seconds: float | None) -> str | None:
     return later.isoformat(" ", "microseconds")
 
 
+def seconds_between(later: str | None, earlier: str | None) -> float | None:
+    """Seconds from ``earlier`` to ``later`` (both as ``sql.adapt`` writes them), to the
+    microsecond; negative when ``later`` is the earlier one. NULL for either gives NULL."""
+    if later is None or earlier is None:
+        return None
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+
+
+#: The functions the statements of ``sqlite.sql`` call, by name, with their arity.
+FUNCTIONS = {
+    "dbqueue_plus_seconds": (2, plus_seconds),
+    "dbqueue_seconds_between": (2, seconds_between),
+}
+
+
 def install(sender: Any, connection: BaseDatabaseWrapper, **_: Any) -> None:
-    """``connection_created`` receiver: give a new SQLite connection the function."""
+    """``connection_created`` receiver: give a new SQLite connection the functions."""
     if connection.vendor == "sqlite":
-        connection.connection.create_function(FUNCTION, 2, plus_seconds, deterministic=True)
+        for name, (arity, function) in FUNCTIONS.items():
+            connection.connection.create_function(name, arity, function, deterministic=True)
