@@ -121,6 +121,25 @@ def move(
     return moved
 
 
+def vacuum(connection: BaseDatabaseWrapper) -> list[str]:
+    """``VACUUM (ANALYZE)`` ``dbqueue_job``, then each history table, one statement each, outside
+    any transaction (call it in autocommit); return the tables' names, in that order.
+
+    After a large move (an upgrade's ``dbqueue_move_history``), ``dbqueue_job`` holds a
+    dead row for every job moved, and each index still points at it until a vacuum: the
+    claim's scans step over them and autovacuum would clean all at once later, on the
+    workers' cores. Vacuum takes no lock that stops reads or writes. Nothing where jobs
+    are not kept apart.
+    """
+    if not kept_apart(connection):
+        return []
+    tables = sql.run(connection, "vacuum_job_tables", {})
+    for table in tables:
+        with connection.cursor() as cursor:
+            cursor.execute(table["vacuum"])
+    return [table["name"] for table in tables]
+
+
 def retention_cutoff(connection: BaseDatabaseWrapper, age: timedelta) -> datetime:
     """The finish time before which succeeded jobs are past a retention of ``age``.
 

@@ -888,6 +888,17 @@ WHERE t.relid = to_regclass('dbqueue_job');
 -- transaction holds is skipped, never awaited. Returns how many moved.
 SELECT dbqueue_move_finished(%(limit)s, %(days)s, %(keep_from)s::timestamptz) AS moved;
 
+-- name: vacuum_job_tables
+-- dbqueue_job and its history tables (migration 0023), each with the statement that vacuums
+-- and analyzes it: run one at a time, outside a transaction (dbqueue_move_history, once it
+-- moved jobs, so the rows it deleted from dbqueue_job leave its indexes now, not when
+-- autovacuum next comes round, and the tables it filled have their statistics).
+SELECT c.oid::regclass::text AS name, 'VACUUM (ANALYZE) ' || c.oid::regclass::text AS vacuum
+FROM pg_class c
+WHERE c.oid = 'dbqueue_job'::regclass
+   OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'dbqueue_job'::regclass)
+ORDER BY c.oid <> 'dbqueue_job'::regclass, c.relname;
+
 -- name: prepare_history
 -- Create, where missing, the history tables of the jobs that succeed in the %(days)s-day
 -- period holding %(at)s (NULL: the database clock) and in the period after it, and the

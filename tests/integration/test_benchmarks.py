@@ -320,6 +320,7 @@ def test_large_table_runs_on_demand_only_and_reads_the_drain_among_finished_rows
     assert upgrade["rows"] == QUICK.large_finished + QUICK.large_ready
     assert upgrade["longest_access_exclusive_on_dbqueue_job_s"] == 0
     assert upgrade["progress"][-1].startswith(f"done: moved {QUICK.large_finished} of ")
+    assert upgrade["vacuum_seconds"] > 0
     empty, among = results["large_table_drain_empty"], results["large_table_drain"]
     assert empty["details"]["finished_rows"] == 0
     assert among["details"]["finished_rows"] == QUICK.large_finished

@@ -442,17 +442,58 @@ def test_the_move_command_moves_every_finished_job_with_progress(settings: Setti
     ready = tasks.noop.enqueue()
     out = StringIO()
 
+    vacuumed_before = last_vacuums()
     call_command("dbqueue_move_history", "--batch-size", "1000", stdout=out)
 
     lines = out.getvalue().splitlines()
     assert lines[0] == "moving 2500 finished job(s) to their history tables"
-    assert lines[-1].startswith("done: moved 2500 of 2500 (100%) in ")
+    assert lines[-2].startswith("done: moved 2500 of 2500 (100%) in ")
+    tables = {"dbqueue_job", *history_tables()}
+    assert lines[-1].startswith(f"vacuumed and analyzed {len(tables)} table(s) in ")
+    vacuumed = last_vacuums()
+    assert set(vacuumed) == tables
+    assert all(vacuumed[name] > vacuumed_before.get(name, EPOCH) for name in tables)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM ONLY dbqueue_job")
         assert cursor.fetchone() == (1,)
     assert Job.objects.count() == 2_501
     assert table_of(ready.id) == "dbqueue_job"
     assert len(history_tables() & {succeeded_table(start_of_day(n)) for n in range(4)}) >= 3
+
+
+@pytest.mark.postgresql
+def test_the_move_command_leaves_the_tables_to_autovacuum_when_asked(settings: Settings) -> None:
+    settings.DBQUEUE = {"SUCCEEDED_RETENTION": None}
+    with connection.cursor() as cursor:
+        cursor.execute(SEED_FINISHED, [10])
+    vacuumed_before = last_vacuums()
+    out = StringIO()
+
+    call_command("dbqueue_move_history", "--no-vacuum", stdout=out)
+
+    assert out.getvalue().splitlines()[-1].startswith("done: moved 10 of 10 (100%) in ")
+    assert Job.objects.count() == 10
+    tables = {"dbqueue_job", *history_tables()}
+    vacuumed = last_vacuums()
+    assert {name: vacuumed.get(name) for name in tables} == {
+        name: vacuumed_before.get(name) for name in tables
+    }
+
+
+#: Before any vacuum a table of the test database has had.
+EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+
+
+def last_vacuums() -> dict[str, datetime]:
+    """When each job table (dbqueue_job and its history tables) was last vacuumed by hand
+    (a VACUUM statement, never autovacuum), by name; tables never vacuumed left out."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, last_vacuum FROM pg_stat_user_tables"
+            " WHERE last_vacuum IS NOT NULL AND (relid = 'dbqueue_job'::regclass OR relid IN ("
+            "    SELECT inhrelid FROM pg_inherits WHERE inhparent = 'dbqueue_job'::regclass))"
+        )
+        return dict(cursor.fetchall())
 
 
 @pytest.mark.django_db

@@ -34,6 +34,7 @@ POSTGRESQL_ONLY = {
     "prepare_history",
     "hold_unmoved",
     "restore_finished",
+    "vacuum_job_tables",
     "error_search_state",
     "error_search_ready",
     "error_search_recent",

@@ -21,7 +21,9 @@ class Command(BaseCommand):
         "batches, printing progress (PostgreSQL; the reaper moves them too, a share of "
         "every sweep). Succeeded jobs already past SUCCEEDED_RETENTION stay for the purge. "
         "Each batch is a short transaction of its own that skips rows others hold, so "
-        "enqueues, claims and reads go on: run it after upgrading a large table."
+        "enqueues, claims and reads go on: run it after upgrading a large table. Once it "
+        "moved jobs it vacuums and analyzes dbqueue_job and the history tables (VACUUM "
+        "blocks no reads or writes), unless --no-vacuum."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,8 +33,14 @@ class Command(BaseCommand):
             default=history.MOVE_BATCH,
             help=f"Jobs moved per statement (default {history.MOVE_BATCH}, at most {BATCH_MAX}).",
         )
+        parser.add_argument(
+            "--no-vacuum",
+            dest="vacuum",
+            action="store_false",
+            help="Leave the tables to autovacuum after the move, instead of VACUUM (ANALYZE).",
+        )
 
-    def handle(self, *args: Any, batch_size: int, **options: Any) -> None:
+    def handle(self, *args: Any, batch_size: int, vacuum: bool, **options: Any) -> None:
         connection = connections[conf.get().database]
         if not history.kept_apart(connection):
             self.stdout.write(
@@ -51,6 +59,11 @@ class Command(BaseCommand):
                 reported = now
                 self.stdout.write(self.progress(moved, total, now - started))
         self.stdout.write(f"done: {self.progress(moved, total, time.monotonic() - started)}")
+        if moved and vacuum:
+            started = time.monotonic()
+            tables = history.vacuum(connection)
+            seconds = time.monotonic() - started
+            self.stdout.write(f"vacuumed and analyzed {len(tables)} table(s) in {seconds:.0f}s")
 
     @staticmethod
     def progress(moved: int, total: int, seconds: float) -> str:
