@@ -56,6 +56,7 @@ from django_dbqueue.listing import (
     ReadChangeList,
     TaskFilter,
     WorkflowFilter,
+    one_dead_read,
 )
 from django_dbqueue.models import TERMINAL_STATES, Dependency, Job, JobState, QueuePause
 
@@ -373,7 +374,8 @@ class JobAdmin(ModelAdmin):
             "queue_pause_allowed": self.has_change_permission(request),
             **(extra_context or {}),
         }
-        return super().changelist_view(request, context)
+        with one_dead_read():
+            return super().changelist_view(request, context)
 
     # --- the job's own page: the actions that fit its state, as buttons ------------------
 

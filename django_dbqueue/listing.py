@@ -5,8 +5,9 @@ or when no index serves the filter on a big table, the list shows PostgreSQL's
 estimate (the planner's row count for the same query, from ``EXPLAIN``) instead.
 The choices of the queue, task and error-code filters come from the rows
 operators triage (dead jobs; for queues also ready and running ones), each state
-read through its partial index, never from a ``DISTINCT`` over the whole history,
-and, for queues and tasks, from what needs no row: the configured ``QUEUES`` and
+read through its partial index, never from a ``DISTINCT`` over the whole history
+(the dead jobs' values read once per page for all three filters and the search:
+``one_dead_read``), and, for queues and tasks, from what needs no row: the configured ``QUEUES`` and
 the task registry (every task the process imported, and the queues they name).
 Every choice filters through an index over all rows, ``(queue, id)`` or ``(task, id)``.
 The list and its filters' choices read from ``READ_DATABASE`` when it is set.
@@ -23,6 +24,9 @@ links to them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -103,29 +107,68 @@ class ReadChangeList(ChangeList):
         return super().get_queryset(request, exclude_parameters)
 
 
+#: The columns ``dead_values`` reads, in the order of its tuples.
+DEAD_VALUE_COLUMNS = ("queue", "task", "last_error_code")
+
+#: ``dead_values`` by database alias while an admin page is built (``one_dead_read``).
+_dead_values: ContextVar[dict[str, frozenset[tuple[str, ...]]] | None] = ContextVar(
+    "dbqueue_dead_values", default=None
+)
+
+
+@contextmanager
+def one_dead_read() -> Iterator[None]:
+    """Within the block, ``dead_values`` reads each database once: the filters and the
+    search of one admin page share the read (the dead jobs' partial index, every entry)."""
+    token = _dead_values.set({})
+    try:
+        yield
+    finally:
+        _dead_values.reset(token)
+
+
+def dead_values(alias: str) -> frozenset[tuple[str, ...]]:
+    """The distinct ``DEAD_VALUE_COLUMNS`` of the dead jobs on ``alias``, in one read of
+    their partial index (it includes the three columns); read once per ``one_dead_read``."""
+    shared = _dead_values.get()
+    if shared is not None and alias in shared:
+        return shared[alias]
+    dead = Job.objects.using(alias).filter(state=JobState.DEAD).order_by()
+    values = frozenset(dead.values_list(*DEAD_VALUE_COLUMNS).distinct())
+    if shared is not None:
+        shared[alias] = values
+    return values
+
+
 def read_alias(jobs: QuerySet[Job]) -> str:
     """Where the admin's reads of ``jobs`` go: ``READ_DATABASE``, else where ``jobs`` reads."""
     return conf.get().read_database or jobs.db
 
 
 class TriageValuesFilter(admin.SimpleListFilter):
-    """Filter on one column; its choices are the values among jobs in ``states``.
+    """Filter on one column (one of ``DEAD_VALUE_COLUMNS``); its choices are the values
+    among dead jobs (``dead_values``) and jobs in ``also_states``.
 
-    Each state is read through its partial index (``UNION``), never the whole
-    history. Any value still filters (``?queue__exact=old`` works); the one
-    selected is always listed.
+    Each state is read through its partial index, never the whole history. Any
+    value still filters (``?queue__exact=old`` works); the one selected is always
+    listed.
     """
 
     field = ""
-    states: tuple[str, ...] = (JobState.DEAD,)
+    also_states: tuple[str, ...] = ()
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        jobs = Job.objects.using(read_alias(model_admin.get_queryset(request)))
-        per_state = [
-            jobs.filter(state=state).order_by().values_list(self.field, flat=True).distinct()
-            for state in self.states
-        ]
-        values = (set(per_state[0].union(*per_state[1:]).order_by()) | self.known()) - {""}
+        alias = read_alias(model_admin.get_queryset(request))
+        column = DEAD_VALUE_COLUMNS.index(self.field)
+        values = {row[column] for row in dead_values(alias)} | self.known()
+        if self.also_states:
+            jobs = Job.objects.using(alias).order_by()
+            first, *rest = (
+                jobs.filter(state=state).values_list(self.field, flat=True).distinct()
+                for state in self.also_states
+            )
+            values |= set(first.union(*rest).order_by())
+        values -= {""}
         if self.value():
             values.add(str(self.value()))
         return [(value, value) for value in sorted(values)]
@@ -147,7 +190,7 @@ class QueueFilter(TriageValuesFilter):
     title = "queue"
     parameter_name = "queue__exact"
     field = "queue"
-    states = (JobState.READY, JobState.RUNNING, JobState.DEAD)
+    also_states = (JobState.READY, JobState.RUNNING)
 
     def known(self) -> set[str]:
         return {*(conf.get().queues or ()), conf.get().default_queue, *registry.queues()}

@@ -28,8 +28,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connections
 from django.db.models import Q, QuerySet
 
-from django_dbqueue import registry, sql
-from django_dbqueue.models import EVERY_JOB, Job, JobState
+from django_dbqueue import listing, registry, sql
+from django_dbqueue.models import EVERY_JOB, Job
 
 #: Jobs a search lists at most: the newest matches.
 MATCHES = 1000
@@ -115,9 +115,10 @@ def task_paths(jobs: QuerySet[Job], term: str) -> list[str]:
 
 
 def known_tasks(alias: str) -> list[str]:
-    """The task paths of the registry and of the dead jobs (their partial index), sorted."""
-    dead = Job.objects.using(alias).filter(state=JobState.DEAD).order_by()
-    return sorted({*registry.task_paths(), *dead.values_list("task", flat=True).distinct()})
+    """The task paths of the registry and of the dead jobs (``listing.dead_values``: read
+    once for the page's filters and its search), sorted."""
+    dead = {task for _, task, _ in listing.dead_values(alias)}
+    return sorted({*registry.task_paths(), *dead})
 
 
 def subject_types(alias: str) -> list[int]:

@@ -16,7 +16,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue import listing, registry
-from django_dbqueue.models import Job
+from django_dbqueue.models import Job, JobState
 from tests import plans
 
 logger = logging.getLogger(__name__)
@@ -131,6 +131,28 @@ def test_a_big_result_shows_the_planners_estimate_and_a_small_one_the_exact_coun
     # The (queue, id) index serves a filter on the queue alone: a rare queue is counted exactly.
     rare = admin_client.get(f"{CHANGELIST}?queue__exact=archive").context["cl"]
     assert rare.result_count == Job.objects.filter(queue="archive").count() > 0
+
+
+def test_one_page_reads_the_dead_jobs_once_for_its_three_filters_and_its_search(
+    big_table: None, admin_client: Client
+) -> None:
+    """The queue, task and error-code filters and the search's task paths all take their
+    values from one read of the dead jobs' index, not one read each."""
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(f"{CHANGELIST}?q=task_3")
+    assert response.status_code == 200
+    dead_reads = [
+        statement
+        for statement in job_queries(queries)
+        if "DISTINCT" in statement and "\"state\" = 'dead'" in statement
+    ]
+    assert len(dead_reads) == 1, dead_reads
+    titles = {spec.title for spec in response.context["cl"].filter_specs}
+    assert {"queue", "task", "last error code"} <= titles
+    # Outside a page, each read is its own: nothing is kept from one request to the next.
+    assert listing.dead_values(connection.alias) == listing.dead_values(connection.alias)
+    Job.objects.filter(state=JobState.DEAD).update(last_error_code="OSError")
+    assert {code for *_, code in listing.dead_values(connection.alias)} == {"OSError"}
 
 
 def test_filter_choices_come_from_triage_rows_settings_and_the_registry(
