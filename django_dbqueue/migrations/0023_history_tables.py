@@ -25,7 +25,12 @@
 # batch), deleted from dbqueue_job and inserted into its history table in one statement per
 # table. A succeeded job already past retention stays, for the purge to delete: moving it
 # would only copy it before its deletion. Each part reads its own index (the finished jobs',
-# or the partial one of its state), so a backlog of such jobs is never read through. Returns how many moved.
+# or the partial one of its state), so a backlog of such jobs is never read through; the dead
+# and cancelled ones before keep_from are looked for only in a batch that found fewer than
+# batch kept ones (the last of a sweep), once the newer ones are gone: the partial index of
+# each state holds them too, and a search through it in every batch of a large move would
+# step over every one of them each time (a first version did: 600 ms a batch with 30,000 dead
+# jobs waiting, when SUCCEEDED_RETENTION is None and keep_from NULL). Returns how many moved.
 #
 # dbqueue_drop_history(history table) drops a table of succeeded jobs that retention has
 # passed whole, with the dependency edges of its jobs, and returns how many jobs it held; or
@@ -107,20 +112,22 @@ POSTGRESQL_FORWARD = [
         inserted integer;
     BEGIN
         FOR target IN
+            WITH kept AS (
+                SELECT id, state, finished_at FROM ONLY dbqueue_job
+                WHERE finished_at >= COALESCE(keep_from, '-infinity')
+                ORDER BY finished_at
+                LIMIT batch
+                FOR UPDATE SKIP LOCKED
+            )
             SELECT dbqueue_history_table(min(f.state), min(f.finished_at), days) AS name,
                    array_agg(f.id) AS ids
             FROM (
-                SELECT * FROM (
-                    SELECT id, state, finished_at FROM ONLY dbqueue_job
-                    WHERE finished_at >= COALESCE(keep_from, '-infinity')
-                    ORDER BY finished_at
-                    LIMIT batch
-                    FOR UPDATE SKIP LOCKED
-                ) AS kept
+                SELECT * FROM kept
                 UNION ALL
                 SELECT * FROM (
                     SELECT id, state, finished_at FROM ONLY dbqueue_job
                     WHERE state = 'dead' AND finished_at < keep_from
+                      AND (SELECT count(*) FROM kept) < batch
                     LIMIT batch
                     FOR UPDATE SKIP LOCKED
                 ) AS dead
@@ -128,6 +135,7 @@ POSTGRESQL_FORWARD = [
                 SELECT * FROM (
                     SELECT id, state, finished_at FROM ONLY dbqueue_job
                     WHERE state = 'cancelled' AND finished_at < keep_from
+                      AND (SELECT count(*) FROM kept) < batch
                     LIMIT batch
                     FOR UPDATE SKIP LOCKED
                 ) AS cancelled

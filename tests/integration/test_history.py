@@ -434,6 +434,65 @@ FROM generate_series(1, %s) AS g
 """
 
 
+#: 3,000 succeeded and 300 dead jobs of the last three days, interleaved by finish time,
+#: and 50 dead jobs of ten days ago.
+SEED_INTERLEAVED = """
+INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at, attempts,
+    max_attempts, lease_token, lease_seconds, created_at, started_at, finished_at,
+    last_worker_id, last_error_code, last_error, errors)
+SELECT 'default', 'tests.jobs.tasks.noop', '[]', '{}', s.state, 0, now(), 1, 5, 1, 60,
+    s.finished_at, s.finished_at, s.finished_at, 'w0', '', '', '[]'
+FROM generate_series(1, 3350) AS g
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN g > 3300 OR mod(g, 11) = 0 THEN 'dead' ELSE 'succeeded' END AS state,
+           CASE WHEN g > 3300 THEN now() - interval '10 days'
+                ELSE now() - make_interval(mins => g) END AS finished_at
+) AS s
+"""
+
+
+def dead_index_reads() -> int:
+    """Index entries scans of dbqueue_job's partial index of dead jobs returned so far (this
+    session's counts flushed first: PostgreSQL 15 and later)."""
+    if connection.pg_version < 150000:
+        pytest.skip("pg_stat_force_next_flush() came with PostgreSQL 15")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'dbqueue_job_dead'"
+        )
+        (reads,) = cursor.fetchone()
+    return int(reads)
+
+
+@pytest.mark.postgresql
+def test_a_large_move_reads_the_dead_jobs_index_once_a_sweep_not_once_a_batch(
+    settings: Settings,
+) -> None:
+    """Dead jobs older than the retention are looked for once the newer finished jobs have
+    moved, in the sweep's last batch: not in each of its batches, which stepped over every
+    dead job still waiting its turn each time."""
+    settings.DBQUEUE = {"SUCCEEDED_RETENTION": timedelta(days=7)}
+    with connection.cursor() as cursor:
+        cursor.execute(SEED_INTERLEAVED)
+    dead_jobs = Job.objects.filter(state=JobState.DEAD).count()
+    assert dead_jobs == 350
+    before = dead_index_reads()
+
+    batches = list(history.batches(connection, 100, keep_from=history.kept_from(connection)))
+    reads = dead_index_reads() - before
+
+    assert sum(batches) == 3_350
+    assert len(batches) == 34
+    assert table_of(Job.objects.filter(state=JobState.DEAD).earliest("finished_at").id) == (
+        "dbqueue_job_ended"
+    )
+    # One pass over the index in the last batch: its 350 entries (the moved jobs' ones stay
+    # until a vacuum, which may take them first), where a pass in each batch read 5,485.
+    old_dead = 50
+    assert old_dead <= reads <= dead_jobs
+
+
 @pytest.mark.postgresql
 def test_the_move_command_moves_every_finished_job_with_progress(settings: Settings) -> None:
     settings.DBQUEUE = {"SUCCEEDED_RETENTION": timedelta(days=7)}
