@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -68,13 +69,21 @@ def batches(
     connection: BaseDatabaseWrapper, limit: int = MOVE_BATCH, *, keep_from: datetime | None
 ) -> Iterator[int]:
     """Create the history tables due soon (``prepare``), then move finished jobs ``limit``
-    at a time (``move``), yielding how many each batch moved, until one moves fewer."""
+    at a time (``move``), yielding how many each batch moved, until one moves fewer.
+
+    Each batch reads on from the latest finish time the one before it reached, so the
+    jobs moved earlier, whose index entries stay until a vacuum, are not stepped over
+    again. A job skipped in passing (another transaction held it) waits for the next
+    sweep, which starts again from ``keep_from``.
+    """
     prepare(connection)
+    after = None
     while True:
-        moved = move(connection, limit, keep_from=keep_from)
-        yield moved
-        if moved < limit:
+        batch = move(connection, limit, keep_from=keep_from, after=after)
+        yield batch.moved
+        if batch.moved < limit:
             return
+        after = batch.reached
 
 
 def kept_from(connection: BaseDatabaseWrapper) -> datetime | None:
@@ -103,22 +112,34 @@ def unmoved(connection: BaseDatabaseWrapper, keep_from: datetime | None) -> int:
     return count
 
 
+class Batch(NamedTuple):
+    """What one ``move`` did: how many jobs moved, and the latest finish time among them
+    (``None`` when none moved)."""
+
+    moved: int
+    reached: datetime | None
+
+
 def move(
-    connection: BaseDatabaseWrapper, limit: int = MOVE_BATCH, *, keep_from: datetime | None
-) -> int:
-    """Move finished jobs into their history tables, in one transaction; return how many.
+    connection: BaseDatabaseWrapper,
+    limit: int = MOVE_BATCH,
+    *,
+    keep_from: datetime | None,
+    after: datetime | None = None,
+) -> Batch:
+    """Move finished jobs into their history tables, in one transaction.
 
     Up to ``limit`` finished jobs that retention keeps (finished at ``keep_from``
-    or later; ``None``: all), oldest finish first, and up to ``limit`` dead and
-    ``limit`` cancelled ones finished before it. A succeeded job already past retention
+    or later; ``None``: all) and finished at ``after`` or later (``None``: any), oldest
+    finish first; in a batch that finds fewer, also up to ``limit`` dead and ``limit``
+    cancelled ones finished before ``keep_from``. A succeeded job already past retention
     stays for the purge: moving it would only copy it before its deletion. Rows
     other transactions hold are skipped (a later batch moves them), never awaited.
     """
-    params = {"limit": limit, "days": _days(), "keep_from": keep_from}
+    params = {"limit": limit, "days": _days(), "keep_from": keep_from, "after": after}
     with sql.write_transaction(connection):
-        rows = sql.run(connection, "move_finished", params)
-    moved: int = rows[0]["moved"]
-    return moved
+        (row,) = sql.run(connection, "move_finished", params)
+    return Batch(row["moved"], row["reached"])
 
 
 def vacuum(connection: BaseDatabaseWrapper) -> list[str]:

@@ -882,11 +882,16 @@ WHERE t.relid = to_regclass('dbqueue_job');
 
 -- name: move_finished
 -- Move up to %(limit)s finished jobs that retention keeps (succeeded at %(keep_from)s or
--- later; NULL: all), oldest finish first, and up to %(limit)s dead and %(limit)s cancelled
--- ones finished before it, out of dbqueue_job into their history tables of %(days)s-day periods
--- (dbqueue_move_finished, migration 0023), creating a missing one. A row another
--- transaction holds is skipped, never awaited. Returns how many moved.
-SELECT dbqueue_move_finished(%(limit)s, %(days)s, %(keep_from)s::timestamptz) AS moved;
+-- later; NULL: all) and that finished at %(after)s or later (NULL: any), oldest finish
+-- first, and (in a batch that found fewer) up to %(limit)s dead and %(limit)s cancelled ones
+-- finished before %(keep_from)s, out of dbqueue_job into their history tables of
+-- %(days)s-day periods (dbqueue_move_finished, migration 0023), creating a missing one. A
+-- row another transaction holds is skipped, never awaited. Returns how many moved, and the
+-- latest finish time among them (reached: NULL when none moved).
+SELECT moved, reached
+FROM dbqueue_move_finished(
+    %(limit)s, %(days)s, %(keep_from)s::timestamptz, %(after)s::timestamptz
+);
 
 -- name: vacuum_job_tables
 -- dbqueue_job and its history tables (migration 0023), each with the statement that vacuums
