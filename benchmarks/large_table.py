@@ -109,7 +109,7 @@ def upgrade(session: Session, finished: int) -> Result:
         call_command("dbqueue_move_history", "--no-vacuum", stdout=progress)
         moved_at = time.monotonic()
         # What the command does next unless --no-vacuum, timed apart from the move.
-        history.vacuum(connections["default"])
+        vacuumed = history.vacuum(connections["default"])
         vacuumed_at = time.monotonic()
     unmoved, in_history, total = database.one(harness, PLACES)
     seconds = moved_at - migrated
@@ -117,6 +117,7 @@ def upgrade(session: Session, finished: int) -> Result:
         "migrate_seconds": migrated - started,
         "move_seconds": seconds,
         "vacuum_seconds": vacuumed_at - moved_at,
+        "vacuumed_tables": len(vacuumed),
         "longest_access_exclusive_on_dbqueue_job_s": watch.longest("dbqueue_job"),
         "longest_access_exclusive_s": watch.longest(),
         "access_exclusive_holds": len(watch.spans),
