@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from io import StringIO
+from typing import NamedTuple
 
 import pytest
 from django.core.management import call_command
@@ -451,18 +452,27 @@ CROSS JOIN LATERAL (
 """
 
 
-def dead_index_reads() -> int:
-    """Index entries scans of dbqueue_job's partial index of dead jobs returned so far (this
-    session's counts flushed first: PostgreSQL 15 and later)."""
+class IndexReads(NamedTuple):
+    """What scans of one index read so far: entries returned, and pages (from cache or not)."""
+
+    entries: int
+    pages: int
+
+
+def index_reads(index: str) -> IndexReads:
+    """What scans of ``index`` on dbqueue_job read so far (this session's counts flushed
+    first: PostgreSQL 15 and later)."""
     if connection.pg_version < 150000:
         pytest.skip("pg_stat_force_next_flush() came with PostgreSQL 15")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute(
-            "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'dbqueue_job_dead'"
+            "SELECT s.idx_tup_read, io.idx_blks_read + io.idx_blks_hit"
+            " FROM pg_stat_user_indexes s JOIN pg_statio_user_indexes io USING (indexrelid)"
+            " WHERE s.indexrelname = %s",
+            [index],
         )
-        (reads,) = cursor.fetchone()
-    return int(reads)
+        return IndexReads(*map(int, cursor.fetchone()))
 
 
 @pytest.mark.postgresql
@@ -477,10 +487,10 @@ def test_a_large_move_reads_the_dead_jobs_index_once_a_sweep_not_once_a_batch(
         cursor.execute(SEED_INTERLEAVED)
     dead_jobs = Job.objects.filter(state=JobState.DEAD).count()
     assert dead_jobs == 350
-    before = dead_index_reads()
+    before = index_reads("dbqueue_job_dead").entries
 
     batches = list(history.batches(connection, 100, keep_from=history.kept_from(connection)))
-    reads = dead_index_reads() - before
+    reads = index_reads("dbqueue_job_dead").entries - before
 
     assert sum(batches) == 3_350
     assert len(batches) == 34
@@ -493,21 +503,6 @@ def test_a_large_move_reads_the_dead_jobs_index_once_a_sweep_not_once_a_batch(
     assert old_dead <= reads <= dead_jobs
 
 
-def finished_index_pages() -> int:
-    """Pages of dbqueue_job's finished-jobs index read so far (this session's counts
-    flushed first: PostgreSQL 15 and later)."""
-    if connection.pg_version < 150000:
-        pytest.skip("pg_stat_force_next_flush() came with PostgreSQL 15")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")
-        cursor.execute(
-            "SELECT idx_blks_read + idx_blks_hit FROM pg_statio_user_indexes"
-            " WHERE indexrelname = 'dbqueue_job_finished'"
-        )
-        (pages,) = cursor.fetchone()
-    return int(pages)
-
-
 @pytest.mark.postgresql
 def test_each_batch_of_a_move_reads_on_from_where_the_last_one_stopped(settings: Settings) -> None:
     """A batch starts at the latest finish time the one before reached: it never walks
@@ -518,10 +513,10 @@ def test_each_batch_of_a_move_reads_on_from_where_the_last_one_stopped(settings:
             SEED_FINISHED.replace("make_interval(hours => g %% 72)", "make_interval(secs => g)"),
             [30_000],
         )
-    before = finished_index_pages()
+    before = index_reads("dbqueue_job_finished").pages
 
     batches = list(history.batches(connection, 100, keep_from=None))
-    pages = finished_index_pages() - before
+    pages = index_reads("dbqueue_job_finished").pages - before
 
     assert sum(batches) == 30_000
     assert len(batches) == 301
