@@ -7,8 +7,9 @@ The choices of the queue, task and error-code filters come from the rows
 operators triage (dead jobs; for queues also ready and running ones), each state
 read through its partial index, never from a ``DISTINCT`` over the whole history
 (the dead jobs' values read once per page for all three filters and the search:
-``one_dead_read``), and, for queues and tasks, from what needs no row: the configured ``QUEUES`` and
-the task registry (every task the process imported, and the queues they name).
+``one_dead_read``), and, for queues and tasks, from what needs no row: the
+configured ``QUEUES`` and the task registry (every task the process imported,
+and the queues they name).
 Every choice filters through an index over all rows, ``(queue, id)`` or ``(task, id)``.
 The list and its filters' choices read from ``READ_DATABASE`` when it is set.
 

@@ -571,6 +571,24 @@ def test_the_move_command_leaves_the_tables_to_autovacuum_when_asked(settings: S
     }
 
 
+@pytest.mark.postgresql
+def test_the_move_command_inside_a_transaction_moves_and_says_it_did_not_vacuum(
+    settings: Settings,
+) -> None:
+    settings.DBQUEUE = {"SUCCEEDED_RETENTION": None}
+    with connection.cursor() as cursor:
+        cursor.execute(SEED_FINISHED, [10])
+    out = StringIO()
+
+    with transaction.atomic():
+        call_command("dbqueue_move_history", stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert lines[-2].startswith("done: moved 10 of 10 (100%) in ")
+    assert lines[-1] == "not vacuumed: VACUUM cannot run inside the caller's transaction"
+    assert Job.objects.count() == 10
+
+
 #: Before any vacuum a table of the test database has had.
 EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
 

@@ -59,7 +59,9 @@ class Command(BaseCommand):
                 reported = now
                 self.stdout.write(self.progress(moved, total, now - started))
         self.stdout.write(f"done: {self.progress(moved, total, time.monotonic() - started)}")
-        if moved and vacuum:
+        if moved and vacuum and connection.in_atomic_block:
+            self.stdout.write("not vacuumed: VACUUM cannot run inside the caller's transaction")
+        elif moved and vacuum:
             started = time.monotonic()
             tables = history.vacuum(connection)
             seconds = time.monotonic() - started
