@@ -43,7 +43,17 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
-from django_dbqueue import clock, dashboard, leases, pauses, progress, reaper, search, triage
+from django_dbqueue import (
+    clock,
+    dashboard,
+    dead_jobs,
+    leases,
+    pauses,
+    progress,
+    reaper,
+    search,
+    triage,
+)
 from django_dbqueue.listing import (
     LINKED_PARAMETERS,
     NEWEST_FIRST,
@@ -56,7 +66,6 @@ from django_dbqueue.listing import (
     ReadChangeList,
     TaskFilter,
     WorkflowFilter,
-    one_dead_read,
 )
 from django_dbqueue.models import TERMINAL_STATES, Dependency, Job, JobState, QueuePause
 
@@ -369,12 +378,14 @@ class JobAdmin(ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        context = {
-            **dashboard.context(),
-            "queue_pause_allowed": self.has_change_permission(request),
-            **(extra_context or {}),
-        }
-        with one_dead_read():
+        """The job list with the queue health above it; the two share one read of the dead
+        jobs (``dead_jobs.one_read``)."""
+        with dead_jobs.one_read():
+            context = {
+                **dashboard.context(),
+                "queue_pause_allowed": self.has_change_permission(request),
+                **(extra_context or {}),
+            }
             return super().changelist_view(request, context)
 
     # --- the job's own page: the actions that fit its state, as buttons ------------------

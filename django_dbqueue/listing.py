@@ -6,10 +6,10 @@ estimate (the planner's row count for the same query, from ``EXPLAIN``) instead.
 The choices of the queue, task and error-code filters come from the rows
 operators triage (dead jobs; for queues also ready and running ones), each state
 read through its partial index, never from a ``DISTINCT`` over the whole history
-(the dead jobs' values read once per page for all three filters and the search:
-``one_dead_read``), and, for queues and tasks, from what needs no row: the
-configured ``QUEUES`` and the task registry (every task the process imported,
-and the queues they name).
+(the dead jobs' values read once per page for the health table, all three filters
+and the search: ``dead_jobs.one_read``), and, for queues and tasks, from what
+needs no row: the configured ``QUEUES`` and the task registry (every task the
+process imported, and the queues they name).
 Every choice filters through an index over all rows, ``(queue, id)`` or ``(task, id)``.
 The list and its filters' choices read from ``READ_DATABASE`` when it is set.
 
@@ -25,9 +25,6 @@ links to them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -38,7 +35,7 @@ from django.db.models import F, OrderBy, QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
-from django_dbqueue import conf, registry, sql, stats
+from django_dbqueue import conf, dead_jobs, registry, sql, stats
 from django_dbqueue.models import EVERY_JOB, Dependency, Job, JobState
 
 #: Past this many rows (by the planner's estimate) the list shows the estimate.
@@ -108,47 +105,14 @@ class ReadChangeList(ChangeList):
         return super().get_queryset(request, exclude_parameters)
 
 
-#: The columns ``dead_values`` reads, in the order of its tuples.
-DEAD_VALUE_COLUMNS = ("queue", "task", "last_error_code")
-
-#: ``dead_values`` by database alias while an admin page is built (``one_dead_read``).
-_dead_values: ContextVar[dict[str, frozenset[tuple[str, ...]]] | None] = ContextVar(
-    "dbqueue_dead_values", default=None
-)
-
-
-@contextmanager
-def one_dead_read() -> Iterator[None]:
-    """Within the block, ``dead_values`` reads each database once: the filters and the
-    search of one admin page share the read (the dead jobs' partial index, every entry)."""
-    token = _dead_values.set({})
-    try:
-        yield
-    finally:
-        _dead_values.reset(token)
-
-
-def dead_values(alias: str) -> frozenset[tuple[str, ...]]:
-    """The distinct ``DEAD_VALUE_COLUMNS`` of the dead jobs on ``alias``, in one read of
-    their partial index (it includes the three columns); read once per ``one_dead_read``."""
-    shared = _dead_values.get()
-    if shared is not None and alias in shared:
-        return shared[alias]
-    dead = Job.objects.using(alias).filter(state=JobState.DEAD).order_by()
-    values = frozenset(dead.values_list(*DEAD_VALUE_COLUMNS).distinct())
-    if shared is not None:
-        shared[alias] = values
-    return values
-
-
 def read_alias(jobs: QuerySet[Job]) -> str:
     """Where the admin's reads of ``jobs`` go: ``READ_DATABASE``, else where ``jobs`` reads."""
     return conf.get().read_database or jobs.db
 
 
 class TriageValuesFilter(admin.SimpleListFilter):
-    """Filter on one column (one of ``DEAD_VALUE_COLUMNS``); its choices are the values
-    among dead jobs (``dead_values``) and jobs in ``also_states``.
+    """Filter on one column (a field of ``dead_jobs.DeadKind``); its choices are the values
+    among dead jobs (``dead_jobs.counts``) and jobs in ``also_states``.
 
     Each state is read through its partial index, never the whole history. Any
     value still filters (``?queue__exact=old`` works); the one selected is always
@@ -160,8 +124,7 @@ class TriageValuesFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         alias = read_alias(model_admin.get_queryset(request))
-        column = DEAD_VALUE_COLUMNS.index(self.field)
-        values = {row[column] for row in dead_values(alias)} | self.known()
+        values = {getattr(kind, self.field) for kind in dead_jobs.counts(alias)} | self.known()
         if self.also_states:
             jobs = Job.objects.using(alias).order_by()
             first, *rest = (

@@ -28,7 +28,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connections
 from django.db.models import Q, QuerySet
 
-from django_dbqueue import listing, registry, sql
+from django_dbqueue import dead_jobs, registry, sql
 from django_dbqueue.models import EVERY_JOB, Job
 
 #: Jobs a search lists at most: the newest matches.
@@ -115,9 +115,9 @@ def task_paths(jobs: QuerySet[Job], term: str) -> list[str]:
 
 
 def known_tasks(alias: str) -> list[str]:
-    """The task paths of the registry and of the dead jobs (``listing.dead_values``: read
-    once for the page's filters and its search), sorted."""
-    dead = {task for _, task, _ in listing.dead_values(alias)}
+    """The task paths of the registry and of the dead jobs (``dead_jobs.counts``: read
+    once for the page's health table, filters and search), sorted."""
+    dead = {kind.task for kind in dead_jobs.counts(alias)}
     return sorted({*registry.task_paths(), *dead})
 
 

@@ -1,9 +1,10 @@
 """Queue health: the per-queue summary shared by the admin, ``dbqueue_stats`` and metrics.
 
 Each summary is one query, grouped per state over the rows that can matter
-(waiting, ready, running, dead, blocked, and succeeded within the last hour),
-each through its partial index, so its cost does not grow with the number of
-old finished rows, plus one read of the small table of paused queues. The load
+(waiting, ready, running, blocked, and succeeded within the last hour), each
+through its partial index, so its cost does not grow with the number of old
+finished rows; the dead jobs per queue (``dead_jobs``, a read the admin's
+filters share); and one read of the small table of paused queues. The load
 of each concurrency limit (``limit_stats``) is one more query, through the two
 partial indexes of limited jobs.
 """
@@ -29,7 +30,7 @@ from django.db.models import (
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from django_dbqueue import clock, conf, pauses
+from django_dbqueue import clock, conf, dead_jobs, pauses
 from django_dbqueue.models import Dependency, EdgeState, Job, JobState, QueuePause
 from django_dbqueue.table_health import TableHealth
 
@@ -77,16 +78,19 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
     """Health of every queue with unfinished, dead, blocked or recently succeeded jobs, or
     paused, by name.
 
-    Two queries. The jobs: a ``UNION ALL`` of one grouped branch per state, each
-    served by that state's partial index (waiting, ready and dead by index-only
+    Three queries. The jobs: a ``UNION ALL`` of one grouped branch per state,
+    each served by that state's partial index (waiting and ready by index-only
     scans, recent successes by the finished-at index, blocked jobs by the
     failed-edge index and the cancelled-jobs index), so its cost follows the
-    rows that matter, never the finished history. The pauses in force
+    rows that matter, never the finished history. The dead jobs per queue
+    (``dead_jobs.per_queue``: an index-only scan, shared with the admin's
+    filters within ``dead_jobs.one_read``). The pauses in force
     (``pauses.in_force``, one row per paused queue), read where they are
     written, never from ``READ_DATABASE``: a pause shows the moment it commits.
     """
     now = now or timezone.now()
-    jobs = Job.objects.using(conf.get().reads_from)
+    alias = conf.get().reads_from
+    jobs = Job.objects.using(alias)
     due = Q(run_at__lte=now)
     branches = [
         _branch(
@@ -101,7 +105,6 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
             expiring=Count("id", filter=Q(lease_until__lte=now + EXPIRING_WITHIN)),
         ),
         _branch(jobs.waiting(), waiting=Count("id")),
-        _branch(jobs.dead(), dead=Count("id")),
         _branch(blocked_jobs(jobs), blocked=Count("id")),
         _branch(
             jobs.succeeded().filter(finished_at__gte=now - RECENT),
@@ -111,10 +114,12 @@ def queue_stats(now: datetime | None = None) -> dict[str, QueueStats]:
     merged: dict[str, dict[str, Any]] = {}
     # order_by(): no model ordering on the union (Django 6.1 would order by a column it lacks).
     for row in branches[0].union(*branches[1:], all=True).order_by():
-        counts = merged.setdefault(row["queue"], dict.fromkeys(COUNTED, 0))
+        counts = merged.setdefault(row["queue"], dict(IDLE))
         for name in COUNTED:
             counts[name] += row[name]
-        counts["oldest_ready"] = counts.get("oldest_ready") or row["oldest_ready"]
+        counts["oldest_ready"] = counts["oldest_ready"] or row["oldest_ready"]
+    for name, dead in dead_jobs.per_queue(alias).items():
+        merged.setdefault(name, dict(IDLE))["dead"] = dead
     paused = {pause.queue: pause for pause in pauses.in_force()}
     return {
         name: _queue_stats(now, merged.get(name, IDLE), paused.get(name))
@@ -129,12 +134,11 @@ COUNTED = (
     "scheduled",
     "running",
     "expiring",
-    "dead",
     "blocked",
     "succeeded_last_hour",
 )
-#: The counts of a queue that has no job a branch counts (one that is only paused).
-IDLE: dict[str, Any] = {**dict.fromkeys(COUNTED, 0), "oldest_ready": None}
+#: Where each queue's counts start, and those of a queue that is only paused.
+IDLE: dict[str, Any] = {**dict.fromkeys(COUNTED, 0), "dead": 0, "oldest_ready": None}
 
 
 def blocked_jobs(jobs: QuerySet[Job]) -> QuerySet[Job]:

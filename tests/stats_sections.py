@@ -33,6 +33,6 @@ def without_table(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def gauge_read_queries() -> int:
-    """The queries of one read of the gauges: the jobs, the pauses, the limits, and the
-    table's statistics where measured."""
-    return 4 if measures_table() else 3
+    """The queries of one read of the gauges: the jobs, the dead jobs, the pauses, the
+    limits, and the table's statistics where measured."""
+    return 5 if measures_table() else 4

@@ -365,6 +365,59 @@ def test_migration_0021_can_be_reversed_and_applied_again(database_url: str) -> 
     assert row == ("ready", [1], {}, -(2**31), True)
 
 
+#: Every index of the dead jobs by kind (migration 0024) on dbqueue_job and its history
+#: tables: ``(table, index, valid)``.
+DEAD_KINDS_INDEXES = r"""
+SELECT i.indrelid::regclass::text, i.indexrelid::regclass::text, i.indisvalid FROM pg_index i
+WHERE (i.indrelid = 'dbqueue_job'::regclass
+       OR i.indrelid IN (SELECT inhrelid FROM pg_inherits
+                         WHERE inhparent = 'dbqueue_job'::regclass))
+  AND pg_get_indexdef(i.indexrelid)
+      LIKE '% USING btree (queue, task, last_error_code) WHERE ((state)::text = ''dead''::text)'
+ORDER BY 1
+"""
+
+
+def dead_kinds_indexes(url: str) -> list[tuple[str, str, bool]]:
+    with psycopg.connect(url, autocommit=True) as observer:
+        return observer.execute(DEAD_KINDS_INDEXES).fetchall()
+
+
+def history_table(url: str, state: str, finished_at: str) -> None:
+    """Create the history table of a job ``state`` that finished at ``finished_at``."""
+    with psycopg.connect(url, autocommit=True) as observer:
+        observer.execute(f"SELECT dbqueue_history_table('{state}', {finished_at}, 1)")
+
+
+#: The copy of the dead jobs' index by kind on the history table of dead and cancelled
+#: jobs, as migration 0024 and LIKE ... INCLUDING INDEXES both name it.
+ENDED_COPY = "dbqueue_job_ended_queue_task_last_error_code_idx"
+
+
+@pytest.mark.postgresql
+def test_migration_0024_indexes_the_dead_jobs_by_kind_wherever_they_are_and_reverses(
+    database_url: str,
+) -> None:
+    """Forward: on dbqueue_job and the history table of dead jobs, not on one of succeeded
+    jobs made before; a history table made later copies it. Backward: every copy goes."""
+    finished(migrate(database_url, "django_dbqueue", "0023"))
+    history_table(database_url, "succeeded", "now()")
+    finished(migrate(database_url))
+    assert dead_kinds_indexes(database_url) == [("dbqueue_job", "dbqueue_job_dead_kinds", True)]
+    history_table(database_url, "dead", "now()")  # made after 0024: LIKE copies the index
+    history_table(database_url, "succeeded", "now() + interval '3 days'")
+    copies = dead_kinds_indexes(database_url)
+    assert ("dbqueue_job_ended", ENDED_COPY, True) in copies
+    assert len(copies) == 3  # dbqueue_job, the dead jobs' table, the later succeeded one
+    finished(migrate(database_url, "django_dbqueue", "0023"))
+    assert dead_kinds_indexes(database_url) == []
+    finished(migrate(database_url))  # the dead jobs' table existed before: 0024 indexes it
+    assert dead_kinds_indexes(database_url) == [
+        ("dbqueue_job", "dbqueue_job_dead_kinds", True),
+        ("dbqueue_job_ended", ENDED_COPY, True),
+    ]
+
+
 @pytest.mark.mysql
 def test_migration_0016_makes_a_waiting_mysql_job_hold_its_dedupe_key_and_reverses(
     mysql_database_url: str,

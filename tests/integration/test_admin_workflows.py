@@ -201,14 +201,14 @@ def test_the_state_filter_offers_waiting_and_lists_only_waiting_jobs(
     assert html.count(f'<span style="background:{badge};') == len(waiting)
 
 
-def test_queue_stats_stays_two_queries_with_waiting_and_blocked_jobs(
+def test_queue_stats_stays_three_queries_with_waiting_and_blocked_jobs(
     django_assert_num_queries: DjangoAssertNumQueries,
 ) -> None:
     dead = tasks.permanent.enqueue()
     tasks.echo.using(after=[dead]).enqueue(1)
     tasks.echo.using(after=[tasks.echo.enqueue(2)]).enqueue(3)
     run_jobs(max_jobs=1)
-    with django_assert_num_queries(2):  # the jobs, grouped; the pauses in force
+    with django_assert_num_queries(3):  # the jobs grouped, the dead jobs, the pauses
         found = queue_stats()
     assert (found["default"].waiting, found["default"].blocked) == (1, 1)
 

@@ -8,14 +8,16 @@ sequentially, and none counts the whole table exactly.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections import Counter
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from django_dbqueue import listing, registry
+from django_dbqueue import dead_jobs, listing, registry
 from django_dbqueue.models import Job, JobState
 from tests import plans
 
@@ -76,12 +78,17 @@ def job_queries(queries: CaptureQueriesContext) -> list[str]:
     ]
 
 
-def scans(statement: str) -> set[str]:
-    """``"<node type>:<index or table>"`` for every read of the job table in the plan."""
+def explain(statement: str) -> str:
+    """PostgreSQL's plan of ``statement``, as JSON text."""
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + statement)
         (plan,) = cursor.fetchone()
-    return plans.scans(plan)
+    return json.dumps(plan)
+
+
+def scans(statement: str) -> set[str]:
+    """``"<node type>:<index or table>"`` for every read of the job table in the plan."""
+    return plans.scans(explain(statement))
 
 
 #: The list pages an operator opens: default order, each filter, a deep page.
@@ -133,26 +140,60 @@ def test_a_big_result_shows_the_planners_estimate_and_a_small_one_the_exact_coun
     assert rare.result_count == Job.objects.filter(queue="archive").count() > 0
 
 
-def test_one_page_reads_the_dead_jobs_once_for_its_three_filters_and_its_search(
+def test_one_page_reads_the_dead_jobs_once_for_its_health_table_filters_and_search(
     big_table: None, admin_client: Client
 ) -> None:
-    """The queue, task and error-code filters and the search's task paths all take their
-    values from one read of the dead jobs' index, not one read each."""
+    """The health table's dead count per queue, the queue, task and error-code filters and
+    the search's task paths all come from one read of the dead jobs' index, not one each."""
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(f"{CHANGELIST}?q=task_3")
     assert response.status_code == 200
-    dead_reads = [
-        statement
-        for statement in job_queries(queries)
-        if "DISTINCT" in statement and "\"state\" = 'dead'" in statement
-    ]
+    dead_reads = [s for s in job_queries(queries) if "\"state\" = 'dead'" in s]
     assert len(dead_reads) == 1, dead_reads
     titles = {spec.title for spec in response.context["cl"].filter_specs}
     assert {"queue", "task", "last error code"} <= titles
+    health = response.context["queue_health"]
+    dead_per_queue = {row.name: row.stats.dead for row in health if row.stats.dead}
+    assert dead_per_queue == dict(Counter(Job.objects.dead().values_list("queue", flat=True)))
     # Outside a page, each read is its own: nothing is kept from one request to the next.
-    assert listing.dead_values(connection.alias) == listing.dead_values(connection.alias)
+    assert dead_jobs.counts(connection.alias) == dead_jobs.counts(connection.alias)
     Job.objects.filter(state=JobState.DEAD).update(last_error_code="OSError")
-    assert {code for *_, code in listing.dead_values(connection.alias)} == {"OSError"}
+    assert {kind.last_error_code for kind in dead_jobs.counts(connection.alias)} == {"OSError"}
+
+
+#: Dead jobs of ``test_the_dead_jobs_are_grouped_by_kind_as_their_index_is_ordered``, among
+#: four times as many succeeded ones: 3 queues x 4 tasks x 5 error codes.
+DEAD_ROWS = 30_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dead_jobs_are_grouped_by_kind_as_their_index_is_ordered() -> None:
+    """``dead_jobs.counts`` reads ``dbqueue_job_dead_kinds`` index-only and groups the
+    entries as they come, in the index's order: no hashing of every dead job's values (22-39
+    ms a page with 100,000 dead jobs, against 9 ms)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO dbqueue_job (queue, task, args, kwargs, state, priority, run_at,
+                attempts, max_attempts, lease_token, lease_seconds, created_at, finished_at,
+                last_error_code, last_error, errors, last_worker_id)
+            SELECT 'q' || (n %% 3), 't' || (n %% 4), '[]', '{}', s.state, 0, now(), 1, 1, 1,
+                60, now(), now(), CASE WHEN s.state = 'dead' THEN 'E' || (n / 5 %% 5) ELSE '' END,
+                '', '[]', 'w1'
+            FROM generate_series(1, %(rows)s) AS n
+            CROSS JOIN LATERAL (SELECT CASE WHEN n %% 5 = 0 THEN 'dead' ELSE 'succeeded' END
+                                AS state) AS s
+            """,
+            {"rows": DEAD_ROWS * 5},
+        )
+        cursor.execute("VACUUM (ANALYZE) dbqueue_job")
+    with CaptureQueriesContext(connection) as queries:
+        counts = dead_jobs.counts(connection.alias)
+    assert sum(counts.values()) == DEAD_ROWS
+    assert len(counts) == 3 * 4 * 5
+    (statement,) = job_queries(queries)
+    assert scans(statement) == {"Index Only Scan:dbqueue_job_dead_kinds"}
+    assert "HashAggregate" not in explain(statement)
 
 
 def test_filter_choices_come_from_triage_rows_settings_and_the_registry(

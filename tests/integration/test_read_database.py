@@ -62,7 +62,7 @@ def test_queue_stats_read_from_the_replica() -> None:
 
     assert summary["default"].ready == 2
     assert queries["default"] == []
-    assert len(queries["replica"]) == 2
+    assert len(queries["replica"]) == 3
 
 
 def test_dbqueue_stats_reads_from_the_replica() -> None:
