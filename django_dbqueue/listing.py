@@ -36,6 +36,7 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 
 from django_dbqueue import conf, dead_jobs, registry, sql, stats
+from django_dbqueue.lookups import among
 from django_dbqueue.models import EVERY_JOB, Dependency, Job, JobState
 
 #: Past this many rows (by the planner's estimate) the list shows the estimate.
@@ -226,7 +227,7 @@ class LinkedJobsFilter(admin.SimpleListFilter):
                 f"{self.too_many.format(job_id, limit=LINKED_LIMIT)}: only the first "
                 f"{LINKED_LIMIT:,} (lowest ids) are listed.",
             )
-        linked: QuerySet[Job] = queryset.filter(pk__in=ids[:LINKED_LIMIT])
+        linked: QuerySet[Job] = queryset.filter(among(ids[:LINKED_LIMIT]))
         return linked
 
     def linked_ids(self, alias: str, job_id: int, limit: int) -> list[int]:

@@ -14,9 +14,10 @@ What a term matches, and how (the search box's help text says the same):
   the error text is not searched (an error code still is).
 
 Each kind reads at most ``MATCHES`` rows, newest first, from its index, and the result
-is the newest ``MATCHES`` jobs of them all, as a primary-key filter: never one ``OR``
-over the whole table, which a planner answers by reading it end to end (or, under
-``ORDER BY id DESC LIMIT``, by walking the whole primary key backwards).
+is the newest ``MATCHES`` jobs of them all, as a primary-key filter (``lookups.among``:
+one array parameter on PostgreSQL): never one ``OR`` over the whole table, which a
+planner answers by reading it end to end (or, under ``ORDER BY id DESC LIMIT``, by
+walking the whole primary key backwards).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 
 from django_dbqueue import dead_jobs, registry, sql
+from django_dbqueue.lookups import among
 from django_dbqueue.models import EVERY_JOB, Job
 
 #: Jobs a search lists at most: the newest matches.
@@ -60,9 +62,9 @@ def matching(jobs: QuerySet[Job], term: str) -> QuerySet[Job]:
         found.update(ids(query))
     if searches_error_text(jobs.db):
         found.update(error_text_ids(jobs, term))
-    # none(), not pk__in=[]: a query known to be empty is never sent (nor EXPLAINed).
+    # none(), not an empty list: a query known to be empty is never sent (nor EXPLAINed).
     narrowed: QuerySet[Job] = (
-        jobs.filter(pk__in=heapq.nlargest(MATCHES, found)) if found else jobs.none()
+        jobs.filter(among(heapq.nlargest(MATCHES, found))) if found else jobs.none()
     )
     return narrowed
 
@@ -99,7 +101,7 @@ def error_text_ids(jobs: QuerySet[Job], term: str) -> list[int]:
     pattern = f"%{connection.ops.prep_for_like_query(term)}%"
     params = {"pattern": pattern, "window": RECENT_FAILED, "limit": MATCHES}
     recent = [row["id"] for row in sql.run(connection, "error_search_recent", params)]
-    newest = ids(jobs.filter(pk__in=recent)) if recent else []
+    newest = ids(jobs.filter(among(recent))) if recent else []
     if len(newest) >= MATCHES:
         return newest
     # The trigram index's condition and expression: UPPER(last_error) LIKE UPPER('%term%').
