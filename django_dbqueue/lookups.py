@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.db.models.lookups import In
@@ -30,6 +31,8 @@ class AmongIds(In):
     def as_postgresql(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper
     ) -> tuple[str, tuple[Any, ...]]:
+        if not self.rhs:
+            raise EmptyResultSet  # as Django's IN: no statement is sent for no ids
         lhs, lhs_params = self.process_lhs(compiler, connection)
         return f"{lhs} = ANY(%s)", (*lhs_params, [int(value) for value in self.rhs])
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import QuerySet
+from pytest_django import DjangoAssertNumQueries
 
 from django_dbqueue.lookups import among
 from django_dbqueue.models import Job
@@ -23,6 +24,15 @@ def test_among_finds_the_jobs_pk_in_finds() -> None:
     assert list(found) == list(Job.objects.filter(pk__in=wanted).order_by("pk"))
     assert [job.pk for job in found] == wanted[:3]
     assert Job.objects.filter(among([jobs[1].pk]), queue=jobs[1].queue).count() == 1
+
+
+def test_among_no_ids_finds_no_job_and_sends_no_statement(
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    JobFactory.create_batch(2)
+    with django_assert_num_queries(0):
+        assert list(Job.objects.filter(among([]))) == []
+        assert Job.objects.filter(among([])).count() == 0
 
 
 @pytest.mark.postgresql
