@@ -1,11 +1,11 @@
 """Queue health: the per-queue summary shared by the admin, ``dbqueue_stats`` and metrics.
 
-Each summary is one query, grouped per state over the rows that can matter
-(waiting, ready, running, blocked, and succeeded within the last hour), each
-through its partial index, so its cost does not grow with the number of old
-finished rows; the dead jobs per queue (``dead_jobs``, a read the admin's
-filters share); and one read of the small table of paused queues. The load
-of each concurrency limit (``limit_stats``) is one more query, through the two
+Each summary is three queries: one grouped per state over the rows that can
+matter (waiting, ready, running, blocked, and succeeded within the last hour),
+each through its partial index, so its cost does not grow with the number of
+old finished rows; the dead jobs per queue (``dead_jobs``, a read the admin's
+filters share); and a read of the small table of paused queues. The load of
+each concurrency limit (``limit_stats``) is one more query, through the two
 partial indexes of limited jobs.
 """
 
