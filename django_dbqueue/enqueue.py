@@ -285,13 +285,12 @@ def insert_rows(
     """Run the insert for ``shape``: wake workers for ready jobs; read a duplicate back."""
     ready = shape.params["state"] == JobState.READY
     pending = wakeups.pending(connection)
-    params = {
-        **shape.params,
-        "rows": rows,
-        "count": len(calls),
-        "notify": ready and wakeups.notifies(pending, spec.queue),
-    }
+    notify = ready and wakeups.notifies(pending, spec.queue)
     statement = single_insert(connection) if len(calls) == 1 else "insert_jobs"
+    if statement == "insert_job_call":  # the shape's parameters as one JSON object
+        params = {"shape": shape.params, "rows": rows, "notify": notify}
+    else:
+        params = {**shape.params, "rows": rows, "count": len(calls), "notify": notify}
     for _ in range(DEDUPE_TRIES):
         inserted = sql.run(connection, statement, params)
         if inserted:
@@ -315,7 +314,7 @@ def insert_rows(
 
 
 #: Single-job enqueues a connection sends as the ``insert_job`` statement before it calls
-#: PostgreSQL's ``dbqueue_insert_job`` (``insert_job_call``) instead. The call saves the
+#: PostgreSQL's ``dbqueue_enqueue_job`` (``insert_job_call``) instead. The call saves the
 #: INSERT's parse and plan, about 0.06-0.09 ms an enqueue on Django's defaults; its first
 #: call in a session loads PL/pgSQL and compiles the function, about 1.2 ms (measured on 2
 #: cores, PostgreSQL 15). So a connection opened for one web request (``CONN_MAX_AGE=0``)

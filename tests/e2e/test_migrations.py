@@ -365,6 +365,42 @@ def test_migration_0021_can_be_reversed_and_applied_again(database_url: str) -> 
     assert row == ("ready", [1], {}, -(2**31), True)
 
 
+#: One ready job of ``keyed`` through dbqueue_enqueue_job (migration 0025), its shape as one
+#: JSON object: its id, or no row when the key is an active job's.
+CALL_ENQUEUE_JOB = """
+SELECT job_id FROM dbqueue_enqueue_job(
+    '{"queue": "default", "task": "keyed", "state": "ready", "priority": -2147483648,
+      "run_at": null, "delay": 0.0, "max_attempts": 5, "lease_seconds": 60,
+      "dedupe_key": "report", "serial_key": null, "subject_type_id": null,
+      "subject_id": null, "backend": null, "meta": null, "pending_dependencies": 0,
+      "limit_key": null, "limit_size": null, "limit_rate": null, "channel": "dbqueue"}',
+    '{"args": [1], "kwargs": {}}', true
+)
+"""
+
+
+@pytest.mark.postgresql
+def test_migration_0025_can_be_reversed_and_applied_again(database_url: str) -> None:
+    """Backward it drops dbqueue_enqueue_job and leaves 0021's dbqueue_insert_job (the
+    previous build still calls it); forward again, the call writes the job once."""
+    called = reversed_then_applied(
+        database_url, "0024", "dbqueue_enqueue_job(jsonb, jsonb, boolean)", CALL_ENQUEUE_JOB
+    )
+    assert called is not None
+    (job_id,) = called
+    with psycopg.connect(database_url, autocommit=True) as observer:
+        duplicate = observer.execute(CALL_ENQUEUE_JOB).fetchall()
+        row = observer.execute(
+            "SELECT state, args, kwargs, priority, run_at = created_at, meta IS NULL, "
+            "limit_key IS NULL FROM dbqueue_job WHERE id = %s",
+            [job_id],
+        ).fetchone()
+        (previous_build,) = observer.execute(CALL_INSERT_JOB.replace("report", "other")).fetchone()
+    assert duplicate == []  # the key is the ready job's: skipped, no error
+    assert row == ("ready", [1], {}, -(2**31), True, True, True)
+    assert previous_build != job_id
+
+
 #: Every index of the dead jobs by kind (migration 0024) on dbqueue_job and its history
 #: tables: ``(table, index, valid)``.
 DEAD_KINDS_INDEXES = r"""

@@ -19,12 +19,23 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from psycopg import sql as pg_sql
 
-from django_dbqueue import InvalidJob, Job, JobState, leases, on_save, sql, task, wakeups
+from django_dbqueue import (
+    InvalidJob,
+    Job,
+    JobState,
+    leases,
+    middleware,
+    on_save,
+    sql,
+    task,
+    wakeups,
+)
 from django_dbqueue import conf as dbqueue_conf
 from django_dbqueue.enqueue import STATEMENT_ENQUEUES
 from django_dbqueue.jsontext import MAX_DEPTH
 from django_dbqueue.signals import jobs_committed
 from tests.jobs.enqueue_tasks import echo
+from tests.jobs.limit_tasks import per_tenant
 from tests.jobs.tasks import noop, send_invoice
 from tests.raw_session import raw_session
 from tests.testapp.models import Order
@@ -437,10 +448,14 @@ class TestScheduling:
 # --- enqueue_many ---------------------------------------------------------------------------
 
 
+#: What a single enqueue through PostgreSQL's ``dbqueue_enqueue_job`` (migration 0025) sends.
+CALLS_THE_FUNCTION = "FROM dbqueue_enqueue_job("
+
+
 def inserts_jobs(sql: str) -> bool:
     """Whether ``sql`` inserts into the job table: itself, or through PostgreSQL's
-    ``dbqueue_insert_job`` (migration 0021)."""
-    return "INSERT INTO dbqueue_job" in sql or "FROM dbqueue_insert_job(" in sql
+    ``dbqueue_enqueue_job`` (migration 0025)."""
+    return "INSERT INTO dbqueue_job" in sql or CALLS_THE_FUNCTION in sql
 
 
 def job_inserts(context: CaptureQueriesContext) -> list[str]:
@@ -1335,7 +1350,7 @@ def test_max_args_bytes_bounds_the_encoded_arguments_and_zero_disables_it(settin
 
 def enqueue_until_the_function_is_called() -> None:
     """Enqueue on a new session of ``connection`` until its next single enqueue calls
-    ``dbqueue_insert_job`` (``enqueue.single_insert``), and empty the table again."""
+    ``dbqueue_enqueue_job`` (``enqueue.single_insert``), and empty the table again."""
     connection.close()
     for _ in range(STATEMENT_ENQUEUES):
         noop.enqueue()
@@ -1345,8 +1360,8 @@ def enqueue_until_the_function_is_called() -> None:
 @pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 class TestInsertFunction:
-    """A connection that has enqueued a few jobs calls ``dbqueue_insert_job`` (migration
-    0021): the same rows, duplicates and wake-ups as the ``insert_job`` statement."""
+    """A connection that has enqueued a few jobs calls ``dbqueue_enqueue_job`` (migration
+    0025): the same rows, duplicates and wake-ups as the ``insert_job`` statement."""
 
     def test_a_session_sends_the_statement_first_then_calls_the_function(self) -> None:
         connection.close()
@@ -1354,7 +1369,7 @@ class TestInsertFunction:
             jobs = [noop.enqueue() for _ in range(STATEMENT_ENQUEUES + 2)]
             connection.close()  # a new session starts over with the statement
             again = noop.enqueue()
-        called = ["FROM dbqueue_insert_job(" in sql for sql in job_inserts(context)]
+        called = [CALLS_THE_FUNCTION in sql for sql in job_inserts(context)]
         assert called == [False] * STATEMENT_ENQUEUES + [True, True, False]
         for job in (*jobs, again):
             assert_matches_row(job)
@@ -1375,7 +1390,7 @@ class TestInsertFunction:
             low = noop.using(priority=-(2**31)).enqueue()
             later = noop.using(delay=timedelta(hours=1)).enqueue()
             at = echo.using(run_at=timezone.now() + timedelta(days=1)).enqueue({"k": [1]})
-            assert [s for s in prepared_inserts() if "dbqueue_insert_job(" in s]
+            assert [s for s in prepared_inserts() if CALLS_THE_FUNCTION in s]
         for job in (low, later, at):
             assert_matches_row(job)
         assert Job.objects.get(pk=low.pk).priority == -(2**31)
@@ -1401,3 +1416,62 @@ class TestInsertFunction:
         stored = Job.objects.get(pk=waiting.pk)
         assert (stored.state, stored.pending_dependencies) == (JobState.WAITING, 1)
         assert_matches_row(waiting)
+
+    def test_the_function_writes_every_column_the_statement_writes(self, settings: Any) -> None:
+        """The function reads each of the shape's values from one JSON object: a job with
+        every option set (subject, limit, dedupe key, priority, a due time with
+        microseconds, the enqueue hooks' meta) and one with a serial key and a delay are
+        written by it as the ``insert_job`` statement writes them."""
+        settings.DBQUEUE = {
+            **getattr(settings, "DBQUEUE", {}),
+            "MIDDLEWARE": ["tests.jobs.middleware.stamps_request"],
+        }
+        order = Order.objects.create()
+        run_at = timezone.now().replace(microsecond=123457) + timedelta(days=1)
+
+        def enqueue_both(path: str) -> list[Job]:
+            return [
+                per_tenant.using(
+                    concurrency_key="tenant-a",
+                    subject=order,
+                    dedupe_key=f"report-{path}",
+                    priority=-(2**31),
+                    run_at=run_at,
+                ).enqueue("a", milliseconds=5),
+                echo.using(serial_key="account-1", delay=timedelta(seconds=90)).enqueue(
+                    {"k": [1.5, None]}, flag=True
+                ),
+            ]
+
+        try:
+            with CaptureQueriesContext(connection) as context:
+                enqueue_until_the_function_is_called()
+                by_function = enqueue_both("function")
+                connection.close()  # a new session's first enqueues send the statement
+                by_statement = enqueue_both("statement")
+        finally:
+            middleware.stack.cache_clear()
+        paths = [CALLS_THE_FUNCTION in sql for sql in job_inserts(context)]
+        assert paths[-4:] == [True, True, False, False]
+        delayed = (False, True)
+        for function_job, statement_job, by_delay in zip(
+            by_function, by_statement, delayed, strict=True
+        ):
+            assert_matches_row(function_job)
+            assert stored_columns(function_job, by_delay) == stored_columns(statement_job, by_delay)
+        assert Job.objects.get(pk=by_function[0].pk).meta == {
+            "request_id": "req-1",
+            "hooked": ["tests.jobs.limit_tasks.per_tenant", 1],
+        }
+
+
+def stored_columns(job: Job, delayed: bool) -> dict[str, Any]:
+    """Job ``job``'s row, but for what differs between two enqueues of the same call: its
+    id, dedupe key and creation time; the due time of a ``delayed`` job as its distance
+    from its creation."""
+    row = Job.objects.filter(pk=job.pk).values().get()
+    created_at = row.pop("created_at")
+    if delayed:
+        row["run_at"] -= created_at
+    del row["id"], row["dedupe_key"]
+    return row
