@@ -353,16 +353,26 @@ def test_migration_0021_can_be_reversed_and_applied_again(database_url: str) -> 
     with psycopg.connect(database_url, autocommit=True) as observer:
         assert observer.execute(insert_job).fetchone() == (None,)
     finished(migrate(database_url))
-    with psycopg.connect(database_url, autocommit=True) as observer:
-        (job_id,) = observer.execute(CALL_INSERT_JOB).fetchone()
-        duplicate = observer.execute(CALL_INSERT_JOB).fetchall()
-        row = observer.execute(
-            "SELECT state, args, kwargs, priority, run_at = created_at FROM dbqueue_job "
-            "WHERE id = %s",
-            [job_id],
-        ).fetchone()
+    row, duplicate = called_twice(database_url, CALL_INSERT_JOB)
     assert duplicate == []  # the key is the ready job's: skipped, no error
-    assert row == ("ready", [1], {}, -(2**31), True)
+    assert row == KEYED_ROW_VALUES
+
+
+#: The row of the job an insert function's test writes, as ``called_twice`` reads it.
+KEYED_ROW = (
+    "SELECT state, args, kwargs, priority, run_at = created_at, meta IS NULL, "
+    "limit_key IS NULL FROM dbqueue_job WHERE id = %s"
+)
+KEYED_ROW_VALUES = ("ready", [1], {}, -(2**31), True, True, True)
+
+
+def called_twice(url: str, call: str) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+    """Run ``call`` (one job of ``keyed`` through an insert function, with a dedupe key)
+    twice: the row of the job the first wrote (``KEYED_ROW``), and what the second returned."""
+    with psycopg.connect(url, autocommit=True) as observer:
+        (job_id,) = observer.execute(call).fetchone()
+        duplicate = observer.execute(call).fetchall()
+        return observer.execute(KEYED_ROW, [job_id]).fetchone(), duplicate
 
 
 #: One ready job of ``keyed`` through dbqueue_enqueue_job (migration 0025), its shape as one
@@ -383,22 +393,16 @@ SELECT job_id FROM dbqueue_enqueue_job(
 def test_migration_0025_can_be_reversed_and_applied_again(database_url: str) -> None:
     """Backward it drops dbqueue_enqueue_job and leaves 0021's dbqueue_insert_job (the
     previous build still calls it); forward again, the call writes the job once."""
-    called = reversed_then_applied(
-        database_url, "0024", "dbqueue_enqueue_job(jsonb, jsonb, boolean)", CALL_ENQUEUE_JOB
+    enqueue_job = "dbqueue_enqueue_job(jsonb, jsonb, boolean)"
+    applied = reversed_then_applied(
+        database_url, "0024", enqueue_job, f"SELECT to_regprocedure('{enqueue_job}') IS NOT NULL"
     )
-    assert called is not None
-    (job_id,) = called
-    with psycopg.connect(database_url, autocommit=True) as observer:
-        duplicate = observer.execute(CALL_ENQUEUE_JOB).fetchall()
-        row = observer.execute(
-            "SELECT state, args, kwargs, priority, run_at = created_at, meta IS NULL, "
-            "limit_key IS NULL FROM dbqueue_job WHERE id = %s",
-            [job_id],
-        ).fetchone()
-        (previous_build,) = observer.execute(CALL_INSERT_JOB.replace("report", "other")).fetchone()
+    assert applied == (True,)
+    row, duplicate = called_twice(database_url, CALL_ENQUEUE_JOB)
     assert duplicate == []  # the key is the ready job's: skipped, no error
-    assert row == ("ready", [1], {}, -(2**31), True, True, True)
-    assert previous_build != job_id
+    assert row == KEYED_ROW_VALUES
+    previous_build = called_twice(database_url, CALL_INSERT_JOB.replace("report", "other"))
+    assert previous_build == (KEYED_ROW_VALUES, [])
 
 
 #: Every index of the dead jobs by kind (migration 0024) on dbqueue_job and its history
