@@ -1419,9 +1419,10 @@ class TestInsertFunction:
 
     def test_the_function_writes_every_column_the_statement_writes(self, settings: Any) -> None:
         """The function reads each of the shape's values from one JSON object: a job with
-        every option set (subject, limit, dedupe key, priority, a due time with
-        microseconds, the enqueue hooks' meta) and one with a serial key and a delay are
-        written by it as the ``insert_job`` statement writes them."""
+        every option set (subject, limit, a dedupe key with quotes, a backslash and a
+        letter beyond ASCII, the lowest priority, a due time with microseconds, the enqueue
+        hooks' meta) and one with a serial key and a delay are written by it as the
+        ``insert_job`` statement writes them."""
         settings.DBQUEUE = {
             **getattr(settings, "DBQUEUE", {}),
             "MIDDLEWARE": ["tests.jobs.middleware.stamps_request"],
@@ -1434,7 +1435,7 @@ class TestInsertFunction:
                 per_tenant.using(
                     concurrency_key="tenant-a",
                     subject=order,
-                    dedupe_key=f"report-{path}",
+                    dedupe_key=f"report \"'\\ é {path}",
                     priority=-(2**31),
                     run_at=run_at,
                 ).enqueue("a", milliseconds=5),
