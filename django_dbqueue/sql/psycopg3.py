@@ -22,6 +22,11 @@ errors are Django's), with three things Django's own cursor does not do:
     so enqueue never prepares on a connection that did not ask for it: there the
     cursor is of the connection's own class, binding as Django's does.
 
+  A prepared statement reaches psycopg with PostgreSQL's own placeholders
+  (``$1``...), numbered once per statement (``numbered``), so psycopg has no
+  placeholder to find on each call; execute wrappers still see the statement and
+  its parameters as the statement files write them.
+
 While Django logs a connection's queries (``DEBUG``, ``assertNumQueries``) the
 statements run through Django's own cursor instead, with their SQL in the log.
 """
@@ -29,6 +34,7 @@ statements run through Django's own cursor instead, with their SQL in the log.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any, cast
@@ -164,14 +170,49 @@ def _timestamptz_loader() -> type[Any]:
 
 @functools.cache
 def _preparing_cursor() -> type[Any]:
-    """psycopg's server-side binding cursor, preparing every statement it runs."""
+    """psycopg's server-side binding cursor for PostgreSQL's own placeholders (``RawCursor``),
+    preparing every statement it runs, given in the statement files' form (``numbered``)."""
     import psycopg
 
-    class PreparingCursor(psycopg.Cursor[Any]):
+    class PreparingCursor(psycopg.RawCursor[Any]):
         def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
-            return super().execute(query, params, prepare=True)
+            text, names = numbered(query)
+            try:
+                values = [params[name] for name in names]
+            except KeyError as missing:
+                raise psycopg.ProgrammingError(f"query parameter missing: {missing}") from None
+            return super().execute(text, values, prepare=True)
 
     return PreparingCursor
+
+
+#: A ``%(name)s`` placeholder of the statement files, a ``%%`` (a literal ``%``), or a
+#: ``%`` that is neither.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%")
+
+
+@functools.lru_cache(maxsize=128)
+def numbered(statement: str) -> tuple[str, tuple[str, ...]]:
+    """``statement`` with its ``%(name)s`` placeholders as PostgreSQL's own ``$1``, ``$2``...
+    (one number per name, in order of first use, as psycopg numbers them) and ``%%`` as
+    ``%``; and the names, in their numbers' order.
+
+    Done once per statement, where psycopg converts a statement with named placeholders on
+    every execute and keeps the result only for statements under 4 KB: the claim's is
+    7 KB, and splitting it again took 35 us of the claim loop's CPU on every claim. A
+    ``%`` that is neither raises ``ValueError``, as psycopg refuses it.
+    """
+    names: dict[str, str] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            if match.group(0) == "%":
+                raise ValueError(f"a % that is no placeholder in: {statement[:80]!r}...")
+            return "%"
+        return names.setdefault(name, f"${len(names) + 1}")
+
+    return _PLACEHOLDER.sub(number, statement), tuple(names)
 
 
 @functools.cache

@@ -7,11 +7,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import ProgrammingError, connection, connections, transaction
 from django.test import override_settings
 
-from django_dbqueue import leases
+from django_dbqueue import leases, sql
 from django_dbqueue.models import Job
+from django_dbqueue.sql import statements
+from django_dbqueue.sql.psycopg3 import numbered
 from django_dbqueue.worker.session import worker_session
 from tests.jobs import tasks
 
@@ -90,6 +92,41 @@ def test_protocol_statements_run_prepared_on_a_worker_connection() -> None:
     assert len(claims) == 1
     assert "SET state = 'running'" in claims[0]
     assert in_thread(lambda: (leases.claim(None, "w1", 1), prepared_statements())[1]) == []
+
+
+def test_a_prepared_statement_is_numbered_as_psycopg_would_and_wrappers_see_it_named() -> None:
+    """The server prepares the claim with ``$n`` placeholders numbered once (``numbered``),
+    as psycopg numbers them; an execute wrapper sees the statement file's text and names."""
+    tasks.noop.enqueue()
+    seen: list[tuple[str, Any]] = []
+
+    def note(execute: Any, text: str, params: Any, *args: Any) -> Any:
+        seen.append((text, params))
+        return execute(text, params, *args)
+
+    def claim_then_list() -> list[str]:
+        with connection.execute_wrapper(note):
+            assert len(leases.claim(None, "w1", 1)) == 1
+        return prepared_statements()
+
+    (claim,) = [
+        text for text in in_thread(inside_session(claim_then_list)) if "SKIP LOCKED" in text
+    ]
+    assert claim == numbered(statements("postgresql")["claim"])[0]
+    ((named, params),) = [(text, params) for text, params in seen if "SKIP LOCKED" in text]
+    assert named == statements("postgresql")["claim"]
+    assert params["limit"] == 1
+
+
+def test_a_parameter_missing_from_a_prepared_statement_is_an_error_naming_it() -> None:
+    def claim_without_its_serial_window() -> list[sql.Row]:
+        params = leases.claim_params(None, "w1", 1)
+        del params["serial_window"]
+        return sql.run(connection, "claim", params)
+
+    with pytest.raises(ProgrammingError, match="serial_window"):
+        in_thread(inside_session(claim_without_its_serial_window))
+    assert Job.objects.filter(state="running").count() == 0
 
 
 @pytest.mark.parametrize("use_tz", [True, False])
