@@ -5,6 +5,12 @@
 -- primary-key index scan whatever the planner guesses of the batch's size (a prepared
 -- statement's generic plan knows nothing of it), and the ARRAY subquery runs first, so a
 -- batch's row locks are held before any of its rows is checked against the clock.
+-- A statement on jobs it names by id checks that a job is running on the row version
+-- its lock returned (`locked`'s own state), never as `state = 'running'` on the rows it
+-- reads: that condition would let the plan read every running job through the running
+-- jobs' partial index, which statistics taken while few jobs ran call nearly empty, and
+-- filter them down to the ids named, a cost that grows with every job running on every
+-- worker.
 -- Finished jobs move out of dbqueue_job into history tables that inherit it (migration
 -- 0023, history.py): a statement on jobs that are not finished reads ONLY dbqueue_job, so
 -- it never plans nor reads the history; one that must find a job in any state reads
@@ -514,15 +520,15 @@ WITH lease AS (
         AS l(job_id bigint, lease_token bigint, worker_id text)
 ),
 locked AS (
-    SELECT id FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
+    SELECT id, state FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM lease))
     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 renewed AS (
     UPDATE ONLY dbqueue_job j
     SET lease_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
     FROM lease l
-    WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = l.job_id
-      AND j.state = 'running' AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
+    WHERE j.id = ANY (ARRAY(SELECT id FROM locked WHERE state = 'running')) AND j.id = l.job_id
+      AND j.worker_id = l.worker_id AND j.lease_token = l.lease_token
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.cancel_requested_at
 )
@@ -545,7 +551,7 @@ WITH report AS (
         AS r(job_id bigint, lease_token bigint, worker_id text, progress text)
 ),
 locked AS (
-    SELECT id FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM report))
+    SELECT id, state FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM report))
     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 written AS (
@@ -553,8 +559,8 @@ written AS (
     SET progress = r.progress::jsonb || jsonb_build_object('at',
         to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
     FROM report r
-    WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
-      AND j.state = 'running' AND j.worker_id = r.worker_id AND j.lease_token = r.lease_token
+    WHERE j.id = ANY (ARRAY(SELECT id FROM locked WHERE state = 'running')) AND j.id = r.job_id
+      AND j.worker_id = r.worker_id AND j.lease_token = r.lease_token
       AND j.lease_until > clock_timestamp()
     RETURNING j.id
 )
@@ -585,7 +591,7 @@ WITH done AS (
         AS d(job_id bigint, lease_token bigint, worker_id text, result text)
 ),
 locked AS (
-    SELECT id FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
+    SELECT id, state FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM done))
     ORDER BY id FOR UPDATE SKIP LOCKED
 ),
 awaited AS MATERIALIZED (
@@ -597,8 +603,8 @@ completed AS (
     SET state = 'succeeded', result = d.result::jsonb, worker_id = NULL, lease_until = NULL,
         finished_at = clock_timestamp()
     FROM done d
-    WHERE j.id = ANY (ARRAY(SELECT id FROM locked)) AND j.id = d.job_id
-      AND j.state = 'running' AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
+    WHERE j.id = ANY (ARRAY(SELECT id FROM locked WHERE state = 'running')) AND j.id = d.job_id
+      AND j.worker_id = d.worker_id AND j.lease_token = d.lease_token
       AND j.lease_until > clock_timestamp()
       AND j.id <> ALL (ARRAY(SELECT id FROM awaited))
     RETURNING j.id
@@ -616,13 +622,13 @@ WHERE l.id = ANY (ARRAY(SELECT id FROM awaited)) AND l.id <> ALL (ARRAY(SELECT i
 -- name: release
 -- Hand the leased job back unrun: ready and due now, the attempt refunded, the lease token
 -- kept (it never decreases). Applies only while the lease is the caller's and live.
-WITH locked AS (SELECT id FROM ONLY dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+WITH locked AS (SELECT id, state FROM ONLY dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
 UPDATE ONLY dbqueue_job j
 SET state = 'ready', attempts = j.attempts - 1, worker_id = NULL, lease_until = NULL,
     run_at = clock_timestamp()
 FROM locked
 WHERE j.id = locked.id
-  AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
+  AND locked.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 
@@ -637,10 +643,15 @@ SELECT clock_timestamp() AT TIME ZONE 'UTC' AS now;
 -- database_now reads it) to stamp it with. The deadline is checked by record_failures.
 -- A row another transaction holds locked is not awaited: NOWAIT fails the statement at
 -- once (a transient conflict the caller tries again later), so the writer is not held up.
-SELECT errors, clock_timestamp() AT TIME ZONE 'UTC' AS clock FROM ONLY dbqueue_job
-WHERE id = %(job_id)s
-  AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
-FOR UPDATE NOWAIT;
+-- Only a running job holds a worker id (the table's CHECK constraint), so the row
+-- locked is the job's while it runs; its state is checked on the locked row (top of file).
+WITH locked AS (
+    SELECT state, errors FROM ONLY dbqueue_job
+    WHERE id = %(job_id)s AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s
+    FOR UPDATE NOWAIT
+)
+SELECT errors, clock_timestamp() AT TIME ZONE 'UTC' AS clock FROM locked
+WHERE state = 'running';
 
 -- name: lock_expired
 -- Lock up to %(limit)s running jobs whose lease has run out, oldest deadline first, via
@@ -660,7 +671,21 @@ FOR UPDATE SKIP LOCKED;
 -- seconds after the database clock, or dead when both are null or the attempt budget is
 -- spent. With %(expired)s the lease must have run out (the reaper); otherwise it must
 -- still be the caller's and live. Both by the database clock, after the row lock is held.
--- Returns the ids and the state each one took.
+-- Returns the ids and the state each one took. The callers hold the rows locked already
+-- (lock_lease, lock_expired): `locked` asks for the lock again, which PostgreSQL finds
+-- held, to read each row's state where it cannot steer the plan (top of file).
+WITH failed AS (
+    SELECT job_id, lease_token, worker_id, code, last_error, errors,
+           COALESCE(retry_at, clock_timestamp() + make_interval(secs => retry_in)) AS retry_at
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS f(
+        job_id bigint, lease_token bigint, worker_id text, retry_at timestamptz,
+        retry_in double precision, code text, last_error text, errors jsonb
+    )
+),
+locked AS (
+    SELECT id, state FROM ONLY dbqueue_job WHERE id = ANY (ARRAY(SELECT job_id FROM failed))
+    ORDER BY id FOR UPDATE
+)
 UPDATE ONLY dbqueue_job j
 SET state = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
                  THEN 'dead' ELSE 'ready' END,
@@ -670,15 +695,9 @@ SET state = CASE WHEN r.retry_at IS NULL OR j.attempts >= j.max_attempts
                        THEN clock_timestamp() END,
     worker_id = NULL, lease_until = NULL,
     last_error_code = r.code, last_error = r.last_error, errors = r.errors
-FROM (
-    SELECT job_id, lease_token, worker_id, code, last_error, errors,
-           COALESCE(retry_at, clock_timestamp() + make_interval(secs => retry_in)) AS retry_at
-    FROM jsonb_to_recordset(%(rows)s::jsonb) AS f(
-        job_id bigint, lease_token bigint, worker_id text, retry_at timestamptz,
-        retry_in double precision, code text, last_error text, errors jsonb
-    )
-) r
-WHERE j.id = r.job_id AND j.state = 'running' AND j.lease_token = r.lease_token
+FROM failed r
+WHERE j.id = ANY (ARRAY(SELECT id FROM locked WHERE state = 'running')) AND j.id = r.job_id
+  AND j.lease_token = r.lease_token
   AND CASE WHEN %(expired)s
            THEN j.lease_until < clock_timestamp()
            ELSE j.worker_id = r.worker_id AND j.lease_until > clock_timestamp() END
@@ -767,24 +786,28 @@ RETURNING j.id;
 -- Mark the running jobs in %(job_ids)s for cancellation (the first request's time is
 -- kept); their heartbeat reads the mark from renew. Ready and finished jobs are left
 -- alone. Returns the ids marked.
-UPDATE ONLY dbqueue_job
-SET cancel_requested_at = COALESCE(cancel_requested_at, clock_timestamp())
-WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
-  AND state = 'running'
-RETURNING id;
+WITH locked AS (
+    SELECT id, state FROM ONLY dbqueue_job
+    WHERE id = ANY (ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(%(job_ids)s::jsonb)))
+    ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE ONLY dbqueue_job j
+SET cancel_requested_at = COALESCE(j.cancel_requested_at, clock_timestamp())
+WHERE j.id = ANY (ARRAY(SELECT id FROM locked WHERE state = 'running'))
+RETURNING j.id;
 
 -- name: cancel_running
 -- End the leased job cancelled, with %(errors)s as its history (the cancellation
 -- appended), because its task stopped on a cancel request. Applies only while the lease
 -- is the caller's and live by the database clock once the row lock is held.
-WITH locked AS (SELECT id FROM ONLY dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
+WITH locked AS (SELECT id, state FROM ONLY dbqueue_job WHERE id = %(job_id)s FOR UPDATE)
 UPDATE ONLY dbqueue_job j
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = clock_timestamp(), last_error_code = %(code)s,
     last_error = %(last_error)s, errors = %(errors)s::jsonb
 FROM locked
 WHERE j.id = locked.id
-  AND j.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
+  AND locked.state = 'running' AND j.worker_id = %(worker_id)s AND j.lease_token = %(lease_token)s
   AND j.lease_until > clock_timestamp()
 RETURNING j.id;
 
