@@ -212,6 +212,27 @@ def among_finished(
     return dataclasses.replace(result, label=label, details=details)
 
 
+def run_beside_running(session: Session) -> None:
+    """(g) The 1 x 32 drain while other jobs run on another worker, read against the drain alone.
+
+    The other worker's jobs (``sizes.running_elsewhere``) start running after the table was
+    analysed with every job ready, as on a quiet table whose workers then get busy: the
+    statistics say few jobs run. The drain's completions name their jobs by id, so what
+    runs elsewhere should cost them nothing.
+    """
+    count = session.sizes.running_elsewhere
+    database.reset(session.harness)
+    elsewhere = database.seed(session.harness, count)
+    ids = database.seed(session.harness, session.sizes.drain_jobs)
+    database.vacuum(session.harness)
+    database.run_elsewhere(session.harness, elsewhere)
+    drain = Drain("drain_beside_running", 1, 32)
+    result = measure(session, drain, ids, session.sizes.drain_deadline)
+    label = f"{drain.label}, beside {count:,} jobs running on another worker"
+    details = {**result.details, "running_elsewhere": count}
+    session.results.add(dataclasses.replace(result, label=label, details=details))
+
+
 #: The run time of each slow job, seconds: evenly spread, 100 ms on average.
 SLOW_JOB_SECONDS = (0.05, 0.15)
 

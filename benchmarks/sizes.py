@@ -33,6 +33,8 @@ class Sizes:
     lateness_samples: int = 24
     #: Jobs of 50-150 ms each (a remote call, say) drained by 1 x 32 threads.
     slow_jobs: int = 3_000
+    #: Jobs running on another worker while 1 x 32 threads drain ``drain_jobs``.
+    running_elsewhere: int = 5_000
     backlog_finished: int = 1_000_000
     backlog_ready: int = 200_000
     rss_jobs: int = 200_000
@@ -66,6 +68,7 @@ QUICK = Sizes(
     chain_steps=50,
     lateness_samples=3,
     slow_jobs=200,
+    running_elsewhere=500,
     backlog_finished=50_000,
     backlog_ready=5_000,
     rss_jobs=5_000,

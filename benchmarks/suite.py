@@ -53,6 +53,7 @@ STEPS = (
     lateness.run,
     drain.run_backlog,
     drain.run_slow_jobs,
+    drain.run_beside_running,
     memory.run,
     admin_pages.run,
 )

@@ -79,6 +79,7 @@ BENCHMARKS = {
     "retry_lateness_max",
     "drain_backlog",
     "drain_slow_jobs",
+    "drain_beside_running",
     "rss_before",
     "rss_after",
     *(
