@@ -1,18 +1,22 @@
 """Side by side with pgqueuer (``--compare pgqueuer``): the same drain, interleaved rounds, medians.
 
-Each round drains ``sizes.compare_jobs`` no-op jobs five ways, one after the
+Each round drains ``sizes.compare_jobs`` no-op jobs seven ways, one after the
 other: ``runworkers --burst`` and pgqueuer each at two sizes, and the raw
-claim/complete SQL (batch 50, one connection). The sizes: ours at 2 processes
-x 32 threads (the issue's configuration) and x 256 threads; pgqueuer
-(asyncpg) at 2 processes with batch 50 (the issue's) and batch 500. A claim
-fills free slots only, so our batch is the thread count, as pgqueuer's is its
-``batch_size``; on 2 cores both drain fastest with large batches, so each is
-also measured there. The figures are the medians of the rounds, so other work
-on the machine weighs on all alike.
+claim/complete SQL at three: batch 50 on one connection, and at each of ours'
+sizes (as many processes, the thread count as the batch: ``benchmarks.raw_drain``).
+The sizes: ours at 2 processes x 32 threads (the issue's configuration) and x 256
+threads; pgqueuer (asyncpg) at 2 processes with batch 50 (the issue's) and
+batch 500. A claim fills free slots only, so our batch is the thread count, as
+pgqueuer's is its ``batch_size``; on 2 cores both drain fastest with large
+batches, so each is also measured there. Raw at ours' sizes is the ceiling of
+any worker over the same statements at that size: the SQL with no job runner
+around it. The figures are the medians of the rounds, so other work on the
+machine weighs on all alike.
 
 Rates are jobs over the span from the first job started to the last one done:
 for ``runworkers`` by the database clock (as every drain here), for pgqueuer
-from its workers' own clocks (first job run, ``run`` returned). Each drain's
+from its workers' own clocks (first job run, ``run`` returned), for raw's
+processes from theirs (first claim sent, last completion back). Each drain's
 CPU is split into the worker processes' and the PostgreSQL backends' (see
 ``benchmarks.cpu``), per job; the CPU the same workers spend starting up and
 exiting on an empty queue is measured in every round, next to the drain, and
@@ -32,7 +36,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from importlib.metadata import version
-from typing import TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from benchmarks import cpu, database, drain, raw, workers
 from benchmarks.cpu import Split
@@ -51,6 +55,9 @@ PGQUEUER_PROCESSES = 2
 #: pgqueuer's ``batch_size``: the issue's best (50), and large batches (``_wide``).
 PGQUEUER_BATCHES = {"pgqueuer": 50, "pgqueuer_wide": 500}
 RAW_BATCH = 50
+#: Raw at each of ours' sizes (``raw_ours``, ``raw_ours_wide``): its processes, its threads
+#: as the batch.
+RAW_AS_OURS = {f"raw_{who}": drainer for who, drainer in OURS.items()}
 
 
 def missing() -> str | None:
@@ -77,10 +84,14 @@ def run(session: Session) -> None:
             who: functools.partial(pgqueuer_on_empty_queue, session, b)
             for who, b in PGQUEUER_BATCHES.items()
         },
+        **{
+            who: functools.partial(raw_on_empty_queue, session, d) for who, d in RAW_AS_OURS.items()
+        },
     }
     sides: dict[str, Callable[[], tuple[float, Split]]] = {
         **{who: functools.partial(ours, session, drainer) for who, drainer in OURS.items()},
         **{who: functools.partial(pgqueuer, session, b) for who, b in PGQUEUER_BATCHES.items()},
+        **{who: functools.partial(raw_as, session, d) for who, d in RAW_AS_OURS.items()},
     }
     startups: dict[str, list[Split]] = defaultdict(list)
     drained: dict[str, list[tuple[float, Split]]] = defaultdict(list)
@@ -104,6 +115,11 @@ def run(session: Session) -> None:
         },
         **{who: f"{pgqueuer_name}, batch {b}" for who, b in PGQUEUER_BATCHES.items()},
         "raw": f"compare: raw claim+complete SQL, batch {RAW_BATCH}, 1 connection",
+        **{
+            who: f"compare: raw claim+complete SQL, {d.processes} processes, batch "
+            f"{d.concurrency} (ours' size, no job runner)"
+            for who, d in RAW_AS_OURS.items()
+        },
     }
     for who, measured_rounds in rounds.items():
         add(session, who, labels[who], measured_rounds)
@@ -114,7 +130,7 @@ def add(session: Session, who: str, label: str, rounds: list[tuple[float, Split]
     count = session.sizes.compare_jobs
     rates = [rate for rate, _ in rounds]
     per_job = [split.per_job_us(count) for _, split in rounds]
-    raw_key = None if who == "raw" else "compare_drain_raw"
+    raw_key = None if who.startswith("raw") else "compare_drain_raw"
     details = {"rounds": rates, "cpu_rounds_us": [[s.worker, s.postgres] for s in per_job]}
     session.results.add(
         Result(
@@ -135,7 +151,7 @@ def add(session: Session, who: str, label: str, rounds: list[tuple[float, Split]
                 f"{label}: {side} CPU per job",
                 statistics.median(values),
                 "µs/job",
-                None if who == "raw" else f"compare_cpu_raw_{side}",
+                None if who.startswith("raw") else f"compare_cpu_raw_{side}",
                 count,
                 {"rounds": values},
             )
@@ -210,15 +226,86 @@ def pgqueuer_workers(session: Session, batch: int) -> list[dict[str, object]]:
         subprocess.Popen(command, cwd=workers.ROOT, stdout=subprocess.PIPE, text=True)
         for _ in range(PGQUEUER_PROCESSES)
     ]
+    return reports(processes, "a pgqueuer worker", session.sizes.drain_deadline)
+
+
+def reports(
+    processes: list[subprocess.Popen[str]], who: str, deadline: float, *, together: bool = False
+) -> list[Any]:
+    """The JSON line each of ``processes`` prints before it exits (``deadline`` seconds each).
+
+    With ``together``, each first prints a line once ready and waits for one on its stdin:
+    all are told to go once all are ready. Raises ``WorkerFailed`` naming ``who`` when one
+    fails; whatever still runs on the way out is killed.
+    """
     try:
-        outputs = [p.communicate(timeout=session.sizes.drain_deadline)[0] for p in processes]
+        if together:
+            if not all(process.stdout and process.stdout.readline() for process in processes):
+                raise workers.WorkerFailed(f"{who} exited before it was ready")
+            for process in processes:
+                if process.stdin:
+                    process.stdin.write("go\n")
+                    process.stdin.flush()
+        outputs = [p.communicate(timeout=deadline)[0] for p in processes]
     finally:
         for process in processes:
             process.kill()
             process.wait()
     if any(process.returncode != 0 for process in processes):
-        raise workers.WorkerFailed("a pgqueuer worker failed (its traceback is on stderr)")
+        raise workers.WorkerFailed(f"{who} failed (its traceback is on stderr)")
     return [json.loads(output) for output in outputs]
+
+
+class RawReport(TypedDict):
+    """What a ``benchmarks.raw_drain`` process prints: jobs run, first claim sent, done."""
+
+    jobs: int
+    first: float
+    end: float
+
+
+def raw_as(session: Session, drainer: drain.Drain) -> tuple[float, Split]:
+    """One raw drain of freshly seeded jobs at ``drainer``'s size: its rate and CPU."""
+    count = session.sizes.compare_jobs
+    drain.seeded(session, count)
+    reports, split = measured(session, functools.partial(raw_processes, session, drainer))
+    ran = sum(report["jobs"] for report in reports)
+    if ran != count:
+        raise RuntimeError(f"the raw processes ran {ran} of {count} jobs")
+    span = max(report["end"] for report in reports) - min(report["first"] for report in reports)
+    return count / span, split
+
+
+def raw_on_empty_queue(session: Session, drainer: drain.Drain) -> None:
+    """Start and stop raw's processes with nothing to do (their start-up CPU)."""
+    database.reset(session.harness)
+    raw_processes(session, drainer)
+
+
+def raw_processes(session: Session, drainer: drain.Drain) -> list[RawReport]:
+    """``benchmarks.raw_drain`` in ``drainer.processes`` processes, started together once all
+    are connected, until none is due; what each reports."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.raw_drain",
+        session.url,
+        "--batch",
+        str(drainer.concurrency),
+    ]
+    env = workers.environment(session.url, drainer.conn_max_age)
+    processes = [
+        subprocess.Popen(
+            command,
+            cwd=workers.ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(drainer.processes)
+    ]
+    return reports(processes, "a raw drain process", session.sizes.drain_deadline, together=True)
 
 
 def raw_drain(session: Session) -> tuple[float, Split]:

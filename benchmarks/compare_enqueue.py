@@ -9,7 +9,11 @@ figures are the medians of ``sizes.rounds`` rounds, so other work on the
 machine weighs on all alike. Ours runs on Django's defaults
 (``CONN_MAX_AGE=0``, no prepared statements), and again with prepared
 statements allowed (``OPTIONS["prepare_threshold"]``), as raw psycopg and
-asyncpg prepare theirs.
+asyncpg prepare theirs. Ours' statement alone is the statement and parameters
+the package sent for the same call, sent again and again over a connection
+as Django's defaults make one (``raw.connect_as_django``), with no package
+Python around it: the ceiling of any enqueue on Django's defaults through
+that statement.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from __future__ import annotations
 import functools
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
+from typing import Any
+
+from django.db import connections
 
 from benchmarks import database, enqueue, raw
 from benchmarks.database import Connection
@@ -41,6 +48,30 @@ def insert_many_in_calls(conn: Connection, count: int) -> None:
     """``count`` jobs as raw multi-row inserts of ``PER_CALL`` rows."""
     for start in range(0, count, PER_CALL):
         raw.insert_many(conn, min(PER_CALL, count - start))
+
+
+def sent(action: Callable[[int], object], jobs: int) -> tuple[str, Mapping[str, Any]]:
+    """The statement and parameters that ``action(jobs)`` sent last on Django's default
+    connection (which ``action`` uses), once a warm-up chose its statement."""
+    action(enqueue.WARM_UP)
+    statements: list[tuple[str, Mapping[str, Any]]] = []
+
+    def record(
+        execute: Callable[..., object], sql: str, params: Mapping[str, Any], *rest: object
+    ) -> object:
+        statements.append((sql, params))
+        return execute(sql, params, *rest)
+
+    with connections["default"].execute_wrapper(record):
+        action(jobs)
+    return statements[-1]
+
+
+def repeated(statement: tuple[str, Mapping[str, Any]], conn: Connection, count: int) -> None:
+    """``statement`` sent ``count`` times (bulk: each sends ``PER_CALL`` jobs) on ``conn``."""
+    sql, params = statement
+    for _ in range(count):
+        conn.execute(sql, params).fetchall()
 
 
 @dataclass(frozen=True)
@@ -84,14 +115,19 @@ def run(session: Session) -> None:
 
     pgq.setup(session.url)
     rounds: dict[tuple[str, str], list[float]] = defaultdict(list)
-    with raw.connect(session.url) as conn:
+    with raw.connect(session.url) as conn, raw.connect_as_django(session.url) as as_django:
         for _ in range(session.sizes.rounds):
             for shape in shapes():
                 count = session.sizes.enqueue_bulk if shape.bulk else session.sizes.enqueue_one
                 raw_action = functools.partial(shape.raw, conn)
                 rounds[shape.key, "raw"].append(enqueue.measure(session, count, raw_action))
+                per_call = PER_CALL if shape.bulk else 1
                 with enqueue.django_connection(0):
                     rounds[shape.key, "ours"].append(enqueue.measure(session, count, shape.ours))
+                    statement = sent(shape.ours, per_call)
+                alone = functools.partial(repeated, statement, as_django)
+                calls_a_second = enqueue.measure(session, count // per_call, alone)
+                rounds[shape.key, "ours_statement"].append(calls_a_second * per_call)
                 with enqueue.django_connection(0, enqueue.PREPARE_THRESHOLD):
                     rounds[shape.key, "ours_prepared"].append(
                         enqueue.measure(session, count, shape.ours)
@@ -103,6 +139,7 @@ def run(session: Session) -> None:
         "raw": "raw psycopg INSERT + pg_notify",
         "ours": "django_dbqueue",
         "ours_prepared": "django_dbqueue, prepared statements allowed",
+        "ours_statement": "django_dbqueue's statement alone, Django's defaults, no package Python",
         "pgqueuer": f"pgqueuer {version('pgqueuer')}",
     }
     for shape in shapes():

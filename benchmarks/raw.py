@@ -72,6 +72,15 @@ def connect(url: str, *, jit: bool = False) -> Connection:
     return psycopg.connect(url, autocommit=True, options=options)
 
 
+def connect_as_django(url: str) -> Connection:
+    """An autocommit connection as Django's defaults make one: client-side binding
+    (psycopg's ``ClientCursor``, values written into the statement's text), nothing
+    prepared."""
+    return psycopg.connect(
+        url, autocommit=True, cursor_factory=psycopg.ClientCursor, prepare_threshold=None
+    )
+
+
 def job_params() -> dict[str, Any]:
     """Column values of a no-op job as ``enqueue`` would write them."""
     cfg = conf.get()

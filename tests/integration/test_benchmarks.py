@@ -105,8 +105,9 @@ BENCHMARKS = {
 }
 
 WHO = ("ours", "pgqueuer", "raw")
-#: Who drains side by side: the same three, ours and pgqueuer also with large batches.
-DRAINERS = ("ours", "ours_wide", "pgqueuer", "pgqueuer_wide", "raw")
+#: Who drains side by side: the same three, ours and pgqueuer also with large batches, and
+#: raw also at each of ours' sizes.
+DRAINERS = ("ours", "ours_wide", "pgqueuer", "pgqueuer_wide", "raw", "raw_ours", "raw_ours_wide")
 #: What ``--compare pgqueuer`` adds: each drain's rate and its CPU per job (worker, PostgreSQL
 #: and their total), each enqueue shape's rate, and the idle pickup percentiles, for ours,
 #: pgqueuer and raw.
@@ -123,7 +124,7 @@ COMPARED = {
     ),
     *(
         f"compare_enqueue_{shape}_{who}"
-        for who in (*WHO, "ours_prepared")
+        for who in (*WHO, "ours_prepared", "ours_statement")
         for shape in ("autocommit", "bulk")
     ),
     *(
