@@ -268,11 +268,11 @@ def raw_as(session: Session, drainer: drain.Drain) -> tuple[float, Split]:
     """One raw drain of freshly seeded jobs at ``drainer``'s size: its rate and CPU."""
     count = session.sizes.compare_jobs
     drain.seeded(session, count)
-    reports, split = measured(session, functools.partial(raw_processes, session, drainer))
-    ran = sum(report["jobs"] for report in reports)
+    printed, split = measured(session, functools.partial(raw_processes, session, drainer))
+    ran = sum(report["jobs"] for report in printed)
     if ran != count:
         raise RuntimeError(f"the raw processes ran {ran} of {count} jobs")
-    span = max(report["end"] for report in reports) - min(report["first"] for report in reports)
+    span = max(report["end"] for report in printed) - min(report["first"] for report in printed)
     return count / span, split
 
 
