@@ -22,8 +22,9 @@ class DbQueueConfig(AppConfig):
         )
         from django_dbqueue.sql import sqlite_time
 
-        # SQLite's statements add seconds to the microsecond with a function of ours:
-        # every connection made from now on gets it, and so does any already open.
+        # SQLite's statements add seconds and read the clock to the microsecond with
+        # functions of ours: every connection made from now on gets them, and so does
+        # any already open.
         connection_created.connect(sqlite_time.install, dispatch_uid="django_dbqueue.sqlite_time")
         for connection in connections.all(initialized_only=True):
             if connection.connection is not None:

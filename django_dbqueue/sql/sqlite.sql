@@ -2,8 +2,9 @@
 -- Every write runs inside BEGIN IMMEDIATE, so the one writer already holds the database
 -- lock when these run; %(now)s is then read from the host clock, which is the database's
 -- clock for an embedded database. Structured parameters arrive as JSON text. Seconds are
--- added with dbqueue_plus_seconds() (sql/sqlite_time.py): exact to the microsecond, where
--- SQLite's own date functions round to the millisecond.
+-- added with dbqueue_plus_seconds() and the clock read in UTC with dbqueue_utc_now()
+-- (sql/sqlite_time.py): exact to the microsecond, where SQLite's own date functions keep
+-- milliseconds.
 
 -- name: insert_jobs
 -- Insert one job per element of %(rows)s (a JSON array of {"args", "kwargs"}), all with
@@ -323,13 +324,13 @@ RETURNING id;
 
 -- name: database_now
 -- The clock now, in UTC: SQLite is embedded, so this host's clock is the database's.
-SELECT strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS now;
+SELECT dbqueue_utc_now() AS now;
 
 -- name: lock_lease
 -- Return the job's error history if it is still running under (worker_id, lease_token).
 -- The write lock is already held; the deadline is checked by record_failures. The clock
 -- comes along, in UTC (%(now)s is local time when USE_TZ is off), to stamp the failure with.
-SELECT errors, strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS clock FROM dbqueue_job
+SELECT errors, dbqueue_utc_now() AS clock FROM dbqueue_job
 WHERE id = %(job_id)s
   AND state = 'running' AND worker_id = %(worker_id)s AND lease_token = %(lease_token)s;
 
@@ -337,7 +338,7 @@ WHERE id = %(job_id)s
 -- Up to %(limit)s running jobs whose lease has run out, oldest deadline first, each with
 -- the clock (UTC) to stamp the expiry with.
 SELECT id, lease_token, task, attempts, max_attempts, worker_id, errors, backend,
-       strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS clock
+       dbqueue_utc_now() AS clock
 FROM dbqueue_job
 WHERE state = 'running' AND lease_until < %(now)s
 ORDER BY lease_until
@@ -521,7 +522,7 @@ SELECT j.id, j.state, j.pending_dependencies, j.errors, j.last_error_code, j.tas
        j.dedupe_key,
        (SELECT count(*) FROM dbqueue_dependency AS e
         WHERE e.job_id = j.id AND e.state = 'failed') AS failed_edges,
-       strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') AS clock
+       dbqueue_utc_now() AS clock
 FROM dbqueue_job AS j
 WHERE j.id IN (SELECT value FROM json_each(%(job_ids)s))
 ORDER BY j.id;

@@ -178,6 +178,17 @@ class TestTimesAreExactToTheMicrosecond:
         lease = claim(job)
         assert lease.lease_until == sqlite_host_clock + timedelta(seconds=job.lease_seconds)
 
+    def test_a_failure_right_after_the_claim_is_never_stamped_before_the_attempt_started(
+        self,
+    ) -> None:
+        """SQLite's own clock cut a stamp to the millisecond, so a failure in the same
+        millisecond as its claim could read up to 1 ms before the attempt's start."""
+        jobs = tasks.noop.enqueue_many([((), {})] * 50)
+        for job in jobs:
+            assert leases.fail(claim(job), ErrorInfo("BOOM", "boom"))
+        for started_at, errors in Job.objects.values_list("started_at", "errors"):
+            assert started_at <= datetime.fromisoformat(errors[-1]["at"])
+
     def test_on_sqlite_a_retry_is_due_exactly_its_delay_after_the_failure(
         self, sqlite_host_clock: datetime
     ) -> None:

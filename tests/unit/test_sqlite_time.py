@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from django_dbqueue.sql.sqlite_time import FUNCTIONS, plus_seconds, seconds_between
+from django_dbqueue.sql.sqlite_time import plus_seconds, register, seconds_between
 
 NOW = "2026-12-04 19:38:31.123456"
 
@@ -15,8 +15,7 @@ NOW = "2026-12-04 19:38:31.123456"
 def db() -> sqlite3.Connection:
     """A bare SQLite connection with the queue's functions, as every Django one gets them."""
     connection = sqlite3.connect(":memory:")
-    for name, (arity, function) in FUNCTIONS.items():
-        connection.create_function(name, arity, function, deterministic=True)
+    register(connection)
     return connection
 
 
@@ -45,3 +44,15 @@ def test_an_earlier_later_is_negative_and_null_stays_null() -> None:
     assert seconds_between(NOW, None) is None
     assert plus_seconds(None, 1) is None
     assert seconds_between("2026-12-04 19:38:31", "2026-12-04 19:38:30.999999") == 1e-06
+
+
+def test_the_clock_keeps_the_microseconds_sqlites_own_now_cuts(db: sqlite3.Connection) -> None:
+    """A stamp from SQLite's 'now' could read before a %(now)s taken earlier, in microseconds."""
+    reads = [
+        db.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now'), dbqueue_utc_now()").fetchone()
+        for _ in range(100)
+    ]
+    assert all(len(sqlites) == len("2026-12-04 19:38:31.123") for sqlites, _ in reads)
+    assert all(len(ours) == len(NOW) for _, ours in reads)
+    assert all(ours >= sqlites for sqlites, ours in reads)
+    assert any(not ours.endswith("000") for _, ours in reads)
