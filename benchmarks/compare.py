@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import selectors
 import statistics
 import subprocess
 import sys
@@ -240,8 +241,7 @@ def reports(
     """
     try:
         if together:
-            if not all(process.stdout and process.stdout.readline() for process in processes):
-                raise workers.WorkerFailed(f"{who} exited before it was ready")
+            ready(processes, who, deadline)
             for process in processes:
                 if process.stdin:
                     process.stdin.write("go\n")
@@ -250,10 +250,33 @@ def reports(
     finally:
         for process in processes:
             process.kill()
-            process.wait()
+            with process:  # Popen's exit closes its pipes, then waits.
+                pass
     if any(process.returncode != 0 for process in processes):
         raise workers.WorkerFailed(f"{who} failed (its traceback is on stderr)")
     return [json.loads(output) for output in outputs]
+
+
+def ready(processes: list[subprocess.Popen[str]], who: str, deadline: float) -> None:
+    """Read the first line of every one of ``processes``, ``deadline`` seconds at most in all.
+
+    Raises ``WorkerFailed`` naming ``who`` when one exits before its line, or when
+    the deadline passes first (one that hangs while connecting, say).
+    """
+    end = time.monotonic() + deadline
+    with selectors.DefaultSelector() as selector:
+        for process in processes:
+            if process.stdout is None:
+                raise ValueError(f"{who} was started without stdout=PIPE")
+            selector.register(process.stdout, selectors.EVENT_READ, data=process.stdout)
+        while selector.get_map():
+            events = selector.select(timeout=max(0.0, end - time.monotonic()))
+            if not events:
+                raise workers.WorkerFailed(f"{who} was not ready within {deadline:g} s")
+            for key, _ in events:
+                if not key.data.readline():
+                    raise workers.WorkerFailed(f"{who} exited before it was ready")
+                selector.unregister(key.fileobj)
 
 
 class RawReport(TypedDict):
